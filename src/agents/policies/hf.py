@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from agents.policies.attention import use_grouped_sdpa
 from agents.policies.base import Generation
 
 if TYPE_CHECKING:
@@ -393,6 +394,7 @@ class HFPolicy:
                 model.to(torch_dtype)
             if device is not None:
                 model.to(device)
+        use_grouped_sdpa(model)  # same results; no key/value copies for grouped-query heads on the CPU
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
@@ -640,17 +642,14 @@ class HFPolicy:
             )
             mask[:, width] = live_mask
             t0 = time.perf_counter()
-            out = self.model(
+            logits = self._last_logits(
                 input_ids=step_ids[:, None],
                 attention_mask=mask[:, : width + 1],
                 position_ids=lengths[:, None].clone(),
                 past_key_values=cache,
-                use_cache=True,
-                logits_to_keep=1,
             )
             width += 1
             lengths += live_mask.long()
-            logits = out.logits[:, -1].float()
             _sync(logits)
             self.stats["decode_seconds"] += time.perf_counter() - t0
             self.stats["decode_steps"] += 1
@@ -729,15 +728,11 @@ class HFPolicy:
         for a in range(0, u, chunk):
             b = min(u, a + chunk)
             sub = _buffer_cache([(kb[a:b], vb[a:b]) for kb, vb in layers], width_p)
-            out = self.model(
-                input_ids=ids[a:b],
-                attention_mask=mask[a:b, :total],
-                position_ids=pos[a:b],
-                past_key_values=sub,
-                use_cache=True,
-                logits_to_keep=1,
+            parts.append(
+                self._last_logits(
+                    input_ids=ids[a:b], attention_mask=mask[a:b, :total], position_ids=pos[a:b], past_key_values=sub
+                )
             )
-            parts.append(out.logits[:, -1].float())
             for (kb, _vb), layer in zip(layers, sub.layers, strict=True):
                 if layer.kbuf.data_ptr() != kb[a:b].data_ptr():  # pragma: no cover - capacity is reserved
                     raise RuntimeError("prefill outgrew the reserved key/value buffer")
@@ -749,6 +744,25 @@ class HFPolicy:
         cache = _buffer_cache(layers, total)
         lengths = torch.tensor([len(p) for p in uniq], dtype=torch.long, device=device)
         return cache, mask, lengths, last
+
+    def _decoder_and_head(self) -> tuple[Any, Any] | None:
+        """The model's decoder stack and output head, or None if logits are not just ``head(hidden)``."""
+        head = self.model.get_output_embeddings() if hasattr(self.model, "get_output_embeddings") else None
+        decoder = self.model.get_decoder() if hasattr(self.model, "get_decoder") else None
+        cfg = getattr(self.model, "config", None)
+        if head is None or decoder is None or any(getattr(cfg, a, None) for a in _LOGIT_TRANSFORMS):
+            return None
+        return decoder, head
+
+    def _last_logits(self, **inputs: Any) -> torch.Tensor:
+        """Float32 next-token logits ``[rows, vocab]`` at the last position of a cached forward pass."""
+        split = self._decoder_and_head()
+        if split is None:
+            out = self.model(**inputs, use_cache=True, logits_to_keep=1)
+            return out.logits[:, -1].float()
+        decoder, head = split
+        hidden = decoder(**inputs, use_cache=True).last_hidden_state[:, -1]
+        return _head_logits(head, hidden).float()
 
     def _kv_shapes(self) -> list[tuple[int, int]]:
         cfg = self.model.config
@@ -821,10 +835,9 @@ class HFPolicy:
         cols = torch.cat([torch.arange(st, len(s)) for s, st in pairs])
         rows, cols = rows.to(device), cols.to(device)
         targets = ids[rows, cols]
-        head = self.model.get_output_embeddings() if hasattr(self.model, "get_output_embeddings") else None
-        decoder = self.model.get_decoder() if hasattr(self.model, "get_decoder") else None
-        cfg = getattr(self.model, "config", None)
-        if head is not None and decoder is not None and not any(getattr(cfg, a, None) for a in _LOGIT_TRANSFORMS):
+        split = self._decoder_and_head()
+        if split is not None:
+            decoder, head = split
             hidden = decoder(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
             picked = hidden[rows, cols - 1]
             lps = _chunked_logprobs(head, picked, targets, temp)
@@ -841,6 +854,22 @@ def _sync(t: torch.Tensor) -> None:
         import torch
 
         torch.cuda.synchronize(t.device)
+
+
+def _head_logits(head: Any, hidden: torch.Tensor) -> torch.Tensor:
+    """``head(hidden)`` for a batch of last positions ``[rows, dim]``.
+
+    On the CPU a plain linear head is computed as ``(weight @ hidden.T).T``: MKL blocks that
+    orientation of the (vocabulary x dim) product 1.4x faster for 32 rows (SmolLM2's 49,152-token head:
+    21 vs 29 ms on two cores) and no slower for one row. Anything else (a LoRA-wrapped head, a GPU)
+    calls the module.
+    """
+    import torch
+
+    if type(head) is not torch.nn.Linear or hidden.device.type != "cpu" or hidden.dim() != 2:
+        return head(hidden)
+    logits = torch.matmul(head.weight, hidden.T).T
+    return logits if head.bias is None else logits + head.bias
 
 
 def _chunked_logprobs(head: Any, hidden: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor:

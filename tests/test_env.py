@@ -62,6 +62,28 @@ def test_truncated_when_turn_budget_runs_out(make_env) -> None:
         env.step("<answer>x</answer>")
 
 
+def test_end_episode_reports_the_final_info_of_what_happened(make_env) -> None:
+    env = make_env(max_turns=4)
+    env.reset(options={"example_id": "q1"})
+    _, r1, *_ = env.step("<search>Tobin Quenn born</search>")
+    _, r2, *_ = env.step("no action here")
+    info = env.end_episode("max_total_tokens")
+    assert info["truncated_by"] == "max_total_tokens" and info["example_id"] == "q1" and info["turn"] == 2
+    assert info["answer"] is None and info["em"] == info["f1"] == info["contains"] == 0.0
+    assert info["evidence_recall"] == 1.0  # the one gold passage was retrieved before the cut
+    ep = info["episode"]
+    assert ep["turns"] == 2 and ep["searches"] == 1 and ep["invalid_turns"] == 1 and not ep["answered"]
+    assert ep["return"] == pytest.approx(r1 + r2) and "d3" in ep["retrieved_doc_ids"]
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step("<answer>Karsk</answer>")
+    with pytest.raises(RuntimeError, match="reset"):
+        env.end_episode("again")
+    env.reset(options={"example_id": "q1"})
+    env.prepare_step("<search>Karsk</search>")
+    with pytest.raises(RuntimeError, match="pending"):
+        env.end_episode("max_total_tokens")
+
+
 def test_same_seed_same_question_and_rewards(make_env) -> None:
     actions = ["<search>Quenn</search>", "oops", "<answer>Essaly</answer>"]
 

@@ -45,7 +45,6 @@ import numpy as np
 
 from agents.policies.base import Policy
 from searchenv.env import SearchQAEnv, StepRequest
-from searchenv.metrics import normalize_answer
 from searchenv.retrievers.base import Hit, Retriever, RetrieverError
 from searchenv.tasks.base import QAExample
 
@@ -513,53 +512,10 @@ class RolloutEngine:
             self._end_early(lv)
 
     def _end_early(self, lv: _Live) -> None:
-        """End an episode at the token budget; its final info is built from the step infos."""
-        rec, ex = lv.rec, lv.env.example
-        retrieved: list[str] = []
-        seen_queries: set[str] = set()
-        duplicates = queries = 0
-        totals: dict[str, float] = {}
-        for info in rec.step_infos:
-            for d in info.get("doc_ids", ()):
-                if d not in retrieved:
-                    retrieved.append(d)
-            for q in info.get("queries", ()):
-                key = normalize_answer(q)
-                duplicates += key in seen_queries
-                seen_queries.add(key)
-                queries += 1
-            for k, v in info.get("reward_terms", {}).items():
-                totals[k] = totals.get(k, 0.0) + float(v)
-        gold = set(ex.evidence_ids)
-        recall = len(gold & set(retrieved)) / len(gold) if gold else None
-        last = rec.step_infos[-1] if rec.step_infos else {}
+        """End an episode at the token budget; the environment reports its final info."""
+        rec = lv.rec
         rec.truncated, rec.terminated, rec.stop_reason = True, False, "max_total_tokens"
-        rec.info = {
-            "example_id": ex.id,
-            "turn": len(rec.step_infos),
-            "answer": None,
-            "gold_answers": list(ex.answers),
-            "em": 0.0,
-            "f1": 0.0,
-            "contains": 0.0,
-            "evidence_recall": recall,
-            "truncated_by": "max_total_tokens",
-            "episode": {
-                "return": float(sum(rec.rewards)),
-                "reward_totals": totals,
-                "turns": len(rec.step_infos),
-                "searches": int(last.get("num_searches", 0)),
-                "queries": queries,
-                "duplicate_queries": duplicates,
-                "invalid_turns": sum(i.get("action_type") == "invalid" for i in rec.step_infos),
-                "infra_errors": sum(bool(i.get("infra_error")) for i in rec.step_infos),
-                "retrieved_doc_ids": retrieved,
-                "em": 0.0,
-                "f1": 0.0,
-                "evidence_recall": recall,
-                "answered": False,
-            },
-        }
+        rec.info = lv.env.end_episode("max_total_tokens")
 
 
 def _env_pool(

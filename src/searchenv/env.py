@@ -75,6 +75,8 @@ class SearchQAEnv(gym.Env[str, str]):
 
     ## Episode end
     ``terminated`` when the agent answers; ``truncated`` when ``max_turns`` turns pass unanswered.
+    A caller with a budget of its own (tokens, time) ends an episode with :meth:`end_episode`,
+    which returns the final info a last step would have carried.
 
     ## Info keys
     Every step: ``new_text`` (what the environment appended), ``turn``, ``action_type``
@@ -392,6 +394,28 @@ class SearchQAEnv(gym.Env[str, str]):
             except RetrieverError as exc:
                 hits = exc
         return self.finish_step(request, hits)
+
+    def end_episode(self, reason: str) -> dict[str, Any]:
+        """End the current episode from outside, unanswered (a caller's token or time budget ran out).
+
+        Args:
+            reason: Why, reported as ``truncated_by`` (e.g. ``"max_total_tokens"``).
+
+        Returns:
+            The final info a truncating step would have carried: ``example_id``, ``turn``,
+            ``answer`` (None), ``gold_answers``, ``em``/``f1``/``contains`` (0), ``evidence_recall``
+            of what was retrieved, the ``episode`` summary, and ``truncated_by``. Further steps
+            raise until :meth:`reset`.
+
+        Raises:
+            RuntimeError: If no episode is running or a prepared step is pending.
+        """
+        if self._done or self._example is None:
+            raise RuntimeError("the episode is over (or was never started); call reset()")
+        if self._pending is not None:
+            raise RuntimeError("a prepared step is pending; call finish_step() first")
+        self._done = True
+        return {"example_id": self._example.id, "turn": self._turn, **self._final_info(None), "truncated_by": reason}
 
     def _clip(self, hit: Hit) -> Hit:
         if len(hit.text) <= self.max_doc_chars and len(hit.title) <= _MAX_TITLE_CHARS:

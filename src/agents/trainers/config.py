@@ -152,6 +152,62 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
 
+@dataclass
+class RLConfig(TrainConfig):
+    """Fields shared by the on-policy RL trainers (GRPO, PPO): batches, clipping, KL, loss averaging.
+
+    Subclasses say how many episodes a step samples (:attr:`episodes_per_step`) and may change
+    any default by declaring the field again.
+    """
+
+    batch_size: int = field(default=4, metadata=_help("Questions per step."))
+    epochs: int = field(default=1, metadata=_help("Optimisation passes over each step's episodes."))
+    minibatches: int = field(default=1, metadata=_help("Optimizer steps per pass (episodes split evenly)."))
+    clip_low: float = field(default=0.2, metadata=_help("Lower clip epsilon of the ratio."))
+    clip_high: float | None = field(default=None, metadata=_help("Upper clip epsilon (None: = clip_low)."))
+    kl_coef: float = field(default=0.02, metadata=_help("Weight of the KL-to-reference term (0: no reference)."))
+    kl_estimator: str = field(default="k3", metadata=_help("KL estimator: k1 | k2 | k3."))
+    aggregation: str = field(
+        default="token", metadata=_help("Loss averaging: token (over all policy tokens) | sequence.")
+    )
+    learning_rate: float = field(default=1e-6, metadata=_help("Peak learning rate of the policy (AdamW)."))
+    init_from: str | None = field(
+        default=None, metadata=_help("Start from this run folder's checkpoint (e.g. an SFT run).")
+    )
+
+    @property
+    def episodes_per_step(self) -> int:
+        """Episodes sampled per step (``batch_size`` times the samples per question)."""
+        return self.batch_size
+
+    def __post_init__(self) -> None:
+        """Validate (see :class:`TrainConfig`).
+
+        Raises:
+            ValueError: Naming the bad field, its value and the reason.
+        """
+        from agents.losses import AGGREGATIONS, KL_ESTIMATORS
+
+        super().__post_init__()
+        _positive_int(self, "batch_size", "epochs", "minibatches")
+        if self.minibatches > self.episodes_per_step:
+            raise ValueError(
+                f"minibatches ({self.minibatches}) cannot exceed episodes per step ({self.episodes_per_step})"
+            )
+        if not _finite(self.clip_low) or not 0 < self.clip_low < 1:
+            raise ValueError(f"clip_low must be in (0, 1), got {self.clip_low!r}")
+        if self.clip_high is not None and (not _finite(self.clip_high) or self.clip_high <= 0):
+            raise ValueError(f"clip_high must be positive or None, got {self.clip_high!r}")
+        if not _finite(self.kl_coef) or self.kl_coef < 0:
+            raise ValueError(f"kl_coef must be >= 0, got {self.kl_coef!r}")
+        if self.kl_estimator not in KL_ESTIMATORS:
+            raise ValueError(f"kl_estimator must be one of {KL_ESTIMATORS}, got {self.kl_estimator!r}")
+        if self.aggregation not in AGGREGATIONS:
+            raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}")
+        if self.temperature == 0:
+            raise ValueError(f"temperature must be > 0 for {type(self).__name__} (on-policy sampling needs variance)")
+
+
 def read_config_file(path: str | Path) -> dict[str, Any]:
     """Parse a ``.json`` or ``.toml`` config file into a dict (TOML may nest fields under ``[train]``)."""
     p = Path(path)

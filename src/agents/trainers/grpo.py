@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from agents.advantages import SCALINGS, group_advantages
-from agents.losses import AGGREGATIONS, KL_ESTIMATORS, aggregate, clipped_policy_loss, kl_estimate
+from agents.losses import aggregate, clipped_policy_loss, kl_estimate
 from agents.trainers.common import (
     DataOrder,
     MetricsLog,
@@ -47,60 +47,30 @@ from agents.trainers.common import (
     task_examples,
     trainable_parameters,
 )
-from agents.trainers.config import TrainConfig, _help
+from agents.trainers.config import RLConfig, _help
 
 
 @dataclass
-class GRPOConfig(TrainConfig):
-    """GRPO hyper-parameters on top of :class:`TrainConfig`."""
+class GRPOConfig(RLConfig):
+    """GRPO hyper-parameters on top of :class:`RLConfig`."""
 
-    batch_size: int = field(default=4, metadata=_help("Questions per step."))
     group_size: int = field(default=4, metadata=_help("Episodes sampled per question (the group)."))
-    epochs: int = field(default=1, metadata=_help("Optimisation passes over each step's episodes."))
-    minibatches: int = field(default=1, metadata=_help("Optimizer steps per pass (episodes split evenly)."))
-    clip_low: float = field(default=0.2, metadata=_help("Lower clip epsilon of the ratio."))
-    clip_high: float | None = field(default=None, metadata=_help("Upper clip epsilon (None: = clip_low)."))
-    kl_coef: float = field(default=0.02, metadata=_help("Weight of the KL-to-reference term (0: no reference)."))
-    kl_estimator: str = field(default="k3", metadata=_help("KL estimator: k1 | k2 | k3."))
     scale_rewards: str = field(
         default="group", metadata=_help("Advantage scaling: group (GRPO) | batch | none (Dr. GRPO).")
     )
-    aggregation: str = field(
-        default="token", metadata=_help("Loss averaging: token (over all policy tokens) | sequence.")
-    )
-    learning_rate: float = field(default=1e-6, metadata=_help("Peak learning rate (AdamW)."))
-    init_from: str | None = field(
-        default=None, metadata=_help("Start from this run folder's checkpoint (e.g. an SFT run).")
-    )
+
+    @property
+    def episodes_per_step(self) -> int:
+        """``batch_size`` questions x ``group_size`` samples."""
+        return self.batch_size * self.group_size
 
     def __post_init__(self) -> None:
-        """Validate (see :class:`TrainConfig`)."""
+        """Validate (see :class:`RLConfig`)."""
+        if isinstance(self.group_size, bool) or not isinstance(self.group_size, int) or self.group_size < 2:
+            raise ValueError(f"group_size must be >= 2 for group-relative advantages, got {self.group_size!r}")
         super().__post_init__()
-        for name in ("batch_size", "group_size", "epochs", "minibatches"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        if self.group_size < 2:
-            raise ValueError(f"group_size must be >= 2 for group-relative advantages, got {self.group_size}")
-        if self.minibatches > self.batch_size * self.group_size:
-            raise ValueError(
-                f"minibatches ({self.minibatches}) cannot exceed episodes per step "
-                f"({self.batch_size * self.group_size})"
-            )
-        if not 0 < self.clip_low < 1:
-            raise ValueError(f"clip_low must be in (0, 1), got {self.clip_low!r}")
-        if self.clip_high is not None and not 0 < self.clip_high:
-            raise ValueError(f"clip_high must be positive or None, got {self.clip_high!r}")
-        if not isinstance(self.kl_coef, int | float) or self.kl_coef < 0:
-            raise ValueError(f"kl_coef must be >= 0, got {self.kl_coef!r}")
-        if self.kl_estimator not in KL_ESTIMATORS:
-            raise ValueError(f"kl_estimator must be one of {KL_ESTIMATORS}, got {self.kl_estimator!r}")
         if self.scale_rewards not in SCALINGS:
             raise ValueError(f"scale_rewards must be one of {SCALINGS}, got {self.scale_rewards!r}")
-        if self.aggregation not in AGGREGATIONS:
-            raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}")
-        if self.temperature == 0:
-            raise ValueError("temperature must be > 0 for GRPO (greedy groups have no variance)")
 
 
 StepCallback = Callable[[int, list[Sample], dict[str, Any], Any], None]

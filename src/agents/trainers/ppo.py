@@ -25,8 +25,6 @@ import torch
 
 from agents.advantages import gae
 from agents.losses import (
-    AGGREGATIONS,
-    KL_ESTIMATORS,
     aggregate,
     clipped_policy_loss,
     kl_estimate,
@@ -54,62 +52,45 @@ from agents.trainers.common import (
     task_examples,
     trainable_parameters,
 )
-from agents.trainers.config import TrainConfig, _help
+from agents.trainers.config import RLConfig, _help
 
 
 @dataclass
-class PPOConfig(TrainConfig):
-    """PPO hyper-parameters on top of :class:`TrainConfig`."""
+class PPOConfig(RLConfig):
+    """PPO hyper-parameters on top of :class:`RLConfig`."""
 
     batch_size: int = field(default=8, metadata=_help("Questions per step."))
-    samples_per_question: int = field(default=1, metadata=_help("Episodes sampled per question."))
     epochs: int = field(default=2, metadata=_help("Optimisation passes over each step's episodes."))
     minibatches: int = field(default=2, metadata=_help("Optimizer steps per pass."))
-    clip_low: float = field(default=0.2, metadata=_help("Lower clip epsilon of the ratio."))
-    clip_high: float | None = field(default=None, metadata=_help("Upper clip epsilon (None: = clip_low)."))
+    kl_coef: float = field(default=0.0, metadata=_help("Weight of the KL-to-reference loss term."))
+    samples_per_question: int = field(default=1, metadata=_help("Episodes sampled per question."))
     value_clip: float | None = field(default=0.2, metadata=_help("Value clipping range (None: no clipping)."))
     vf_coef: float = field(default=0.5, metadata=_help("Weight of the value loss."))
     value_learning_rate: float = field(default=1e-4, metadata=_help("Learning rate of the value head."))
     gamma: float = field(default=1.0, metadata=_help("Discount per policy token."))
     lam: float = field(default=0.95, metadata=_help("GAE lambda."))
     whiten_advantages: bool = field(default=True, metadata=_help("Normalise advantages over the batch."))
-    kl_coef: float = field(default=0.0, metadata=_help("Weight of the KL-to-reference loss term."))
-    kl_estimator: str = field(default="k3", metadata=_help("KL estimator: k1 | k2 | k3."))
-    aggregation: str = field(default="token", metadata=_help("Loss averaging: token | sequence."))
-    learning_rate: float = field(default=1e-6, metadata=_help("Peak learning rate of the policy (AdamW)."))
-    init_from: str | None = field(
-        default=None, metadata=_help("Start from this run folder's checkpoint (e.g. an SFT run).")
-    )
+
+    @property
+    def episodes_per_step(self) -> int:
+        """``batch_size`` questions x ``samples_per_question``."""
+        return self.batch_size * self.samples_per_question
 
     def __post_init__(self) -> None:
-        """Validate (see :class:`TrainConfig`)."""
+        """Validate (see :class:`RLConfig`)."""
+        v = self.samples_per_question
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"samples_per_question must be a positive integer, got {v!r}")
         super().__post_init__()
-        for name in ("batch_size", "samples_per_question", "epochs", "minibatches"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        if self.minibatches > self.batch_size * self.samples_per_question:
-            raise ValueError(f"minibatches ({self.minibatches}) cannot exceed episodes per step")
-        if not 0 < self.clip_low < 1:
-            raise ValueError(f"clip_low must be in (0, 1), got {self.clip_low!r}")
-        if self.clip_high is not None and self.clip_high <= 0:
-            raise ValueError(f"clip_high must be positive or None, got {self.clip_high!r}")
         if self.value_clip is not None and self.value_clip <= 0:
             raise ValueError(f"value_clip must be positive or None, got {self.value_clip!r}")
-        for name in ("vf_coef", "kl_coef"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+        if self.vf_coef < 0:
+            raise ValueError(f"vf_coef must be >= 0, got {self.vf_coef!r}")
         if self.value_learning_rate <= 0:
             raise ValueError(f"value_learning_rate must be positive, got {self.value_learning_rate!r}")
         for name in ("gamma", "lam"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)!r}")
-        if self.kl_estimator not in KL_ESTIMATORS:
-            raise ValueError(f"kl_estimator must be one of {KL_ESTIMATORS}, got {self.kl_estimator!r}")
-        if self.aggregation not in AGGREGATIONS:
-            raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}")
-        if self.temperature == 0:
-            raise ValueError("temperature must be > 0 for PPO (on-policy sampling)")
 
 
 class ValueHead(torch.nn.Module):

@@ -20,7 +20,7 @@ Each phase is cached as JSON in ``--out`` (a finished phase is not rerun), so a 
 or its tables rebuilt with ``--phases none``. Writes ``benchmarks/results/<name>.json``, ``.md`` and
 the learning-curve PNGs.
 
-The measured run (about 2 hours on 2 CPU cores)::
+The measured run (about 100 minutes on 2 CPU cores)::
 
     python benchmarks/learning.py --max-new-tokens 96 --parallel-arms
 
@@ -192,38 +192,49 @@ def paired_difference(a: dict[str, Any], b: dict[str, Any], key: str = "em", rep
 # ---------------------------------------------------------------------------------------------
 
 
+def trainer_kwargs(args: argparse.Namespace, name: str) -> dict[str, Any]:
+    """Config fields every trained phase shares: run folder ``args.out / name``, train split, logging, threads."""
+    return {
+        "output_dir": str(args.out / name),
+        "task": args.task,
+        "split": "train",
+        "micro_batch_size": 4,
+        "save_every": 0,
+        "progress": False,
+        "log_every": 1,
+        "threads": args.threads,
+        "bf16": args.bf16,
+        "seed": args.seed,
+        **env_kwargs(args),
+    }
+
+
+def train_and_evaluate(args: argparse.Namespace, train: Any, cfg: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Train the packaged model with ``train(cfg, policy=...)``, then evaluate it on the dev questions.
+
+    Returns:
+        ``(trainer output, evaluation row with steps, train_seconds and run_dir added)``.
+    """
+    t0 = time.perf_counter()
+    out = train(cfg, policy=load_policy(args.threads))
+    train_s = time.perf_counter() - t0
+    ev = evaluate_policy(out["policy"], args)
+    return out, {**ev, "steps": out["step"], "train_seconds": train_s, "run_dir": cfg.output_dir}
+
+
 def sft_phase(args: argparse.Namespace) -> dict[str, Any]:
     from agents.trainers.sft import SFTConfig, train_sft
 
     cfg = SFTConfig(
-        output_dir=str(args.out / "sft"),
-        task=args.task,
-        split="train",
         num_demos=args.sft_demos,
         steps=args.sft_steps,
         batch_size=args.sft_batch,
-        micro_batch_size=4,
         learning_rate=args.sft_lr,
         warmup_steps=2,
-        save_every=0,
-        progress=False,
-        log_every=1,
-        threads=args.threads,
-        bf16=args.bf16,
-        seed=args.seed,
-        **env_kwargs(args),
+        **trainer_kwargs(args, "sft"),
     )
-    t0 = time.perf_counter()
-    out = train_sft(cfg, policy=load_policy(args.threads))
-    train_s = time.perf_counter() - t0
-    ev = evaluate_policy(out["policy"], args)
-    return {
-        **ev,
-        "steps": out["step"],
-        "final_loss": out["last"]["loss"],
-        "train_seconds": train_s,
-        "run_dir": cfg.output_dir,
-    }
+    out, row = train_and_evaluate(args, train_sft, cfg)
+    return {**row, "final_loss": out["last"]["loss"]}
 
 
 def arm_config(args: argparse.Namespace, name: str) -> Any:
@@ -234,25 +245,15 @@ def arm_config(args: argparse.Namespace, name: str) -> Any:
         reward["relevance"] = args.relevance_weight
     sft_dir = args.out / "sft"
     return GRPOConfig(
-        output_dir=str(args.out / name),
-        task=args.task,
-        split="train",
         reward=reward,
         steps=args.grpo_steps,
         batch_size=args.grpo_batch,
         group_size=args.grpo_group,
-        micro_batch_size=4,
         learning_rate=args.grpo_lr,
         kl_coef=args.kl_coef,
         temperature=args.temperature,
-        save_every=0,
-        progress=False,
-        log_every=1,
-        threads=args.threads,
-        bf16=args.bf16,
-        seed=args.seed,
         init_from=str(sft_dir) if (sft_dir / "checkpoint.pt").is_file() else None,
-        **env_kwargs(args),
+        **trainer_kwargs(args, name),
     )
 
 
@@ -260,18 +261,8 @@ def arm_phase(args: argparse.Namespace, name: str) -> dict[str, Any]:
     from agents.trainers.grpo import train_grpo
 
     cfg = arm_config(args, name)
-    t0 = time.perf_counter()
-    out = train_grpo(cfg, policy=load_policy(args.threads))
-    train_s = time.perf_counter() - t0
-    ev = evaluate_policy(out["policy"], args)
-    return {
-        **ev,
-        "steps": out["step"],
-        "reward": cfg.reward,
-        "train_seconds": train_s,
-        "init_from": cfg.init_from,
-        "run_dir": cfg.output_dir,
-    }
+    _, row = train_and_evaluate(args, train_grpo, cfg)
+    return {**row, "reward": cfg.reward, "init_from": cfg.init_from}
 
 
 def plain_fwd_bwd_seconds(policy: Any, samples: list[Any], micro: int, temperature: float, bf16: bool) -> float:

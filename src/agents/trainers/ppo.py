@@ -52,7 +52,7 @@ from agents.trainers.common import (
     task_examples,
     trainable_parameters,
 )
-from agents.trainers.config import RLConfig, _help
+from agents.trainers.config import RLConfig, _help, _positive_int
 
 
 @dataclass
@@ -78,9 +78,7 @@ class PPOConfig(RLConfig):
 
     def __post_init__(self) -> None:
         """Validate (see :class:`RLConfig`)."""
-        v = self.samples_per_question
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"samples_per_question must be a positive integer, got {v!r}")
+        _positive_int(self, "samples_per_question")  # before RLConfig's checks, which use episodes_per_step
         super().__post_init__()
         if self.value_clip is not None and self.value_clip <= 0:
             raise ValueError(f"value_clip must be positive or None, got {self.value_clip!r}")

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import http.server
+import json
 import os
 import subprocess
+import threading
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -92,3 +97,49 @@ def stop_process(proc: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(timeout=5)
+
+
+class ScriptedHandler(http.server.BaseHTTPRequestHandler):
+    """Answers each request with the next ``(status, body[, headers])`` of the class-level script.
+
+    A stand-in for a misbehaving server (errors, retries, malformed answers): what a real server
+    does not do on demand. POST bodies are recorded in ``seen`` (GETs as ``{"GET": path}``).
+    """
+
+    script: list[tuple[Any, ...]] = []
+    seen: list[dict[str, Any]] = []
+
+    def _answer(self) -> None:
+        status, body, *rest = type(self).script.pop(0) if type(self).script else (500, b"script exhausted")
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        for name, value in (rest[0] if rest else {}).items():
+            self.send_header(name, value)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server naming)
+        length = int(self.headers.get("content-length", 0))
+        type(self).seen.append(json.loads(self.rfile.read(length)))
+        self._answer()
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server naming)
+        type(self).seen.append({"GET": self.path})
+        self._answer()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture()
+def scripted() -> Iterator[tuple[str, type[ScriptedHandler]]]:
+    """A :class:`ScriptedHandler` server on 127.0.0.1: ``(base URL, handler class)``; fill ``handler.script``."""
+    handler = type("Handler", (ScriptedHandler,), {"script": [], "seen": []})
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    t = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    t.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}", handler
+    httpd.shutdown()
+    httpd.server_close()
+    t.join(timeout=5)

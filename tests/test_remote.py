@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import contextlib
-import http.server
 import json
 import pathlib
 import socket
@@ -21,7 +20,7 @@ from searchenv.retrievers.bm25 import BM25Retriever  # noqa: E402
 from searchenv.retrievers.remote import RemoteRetriever, parse_query, parse_search_r1  # noqa: E402
 from searchenv.retrievers.server import ServerLimits, create_app, uvicorn_config  # noqa: E402
 
-from .conftest import DOCS  # noqa: E402
+from .conftest import DOCS, ScriptedHandler  # noqa: E402
 
 QUERIES = ["Where was Tobin Quenn born?", "capital of Essaly", "copper mines", "zzz-no-match"]
 
@@ -139,43 +138,11 @@ def test_slow_server_fails_cleanly_within_the_timeout(silent_server: str, dialec
         assert time.monotonic() - t0 < 0.8 + 0.5
 
 
-class _Scripted(http.server.BaseHTTPRequestHandler):
-    """Answers each POST with the next (status, body) of the class-level script."""
-
-    script: list[tuple[int, bytes]] = []
-    seen: list[dict[str, Any]] = []
-
-    def do_POST(self) -> None:  # noqa: N802 (http.server naming)
-        length = int(self.headers.get("content-length", 0))
-        type(self).seen.append(json.loads(self.rfile.read(length)))
-        status, body = type(self).script.pop(0) if type(self).script else (500, b"script exhausted")
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-@pytest.fixture()
-def scripted() -> Iterator[tuple[str, type[_Scripted]]]:
-    handler = type("Handler", (_Scripted,), {"script": [], "seen": []})
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    t = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    t.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}", handler
-    httpd.shutdown()
-    httpd.server_close()
-    t.join(timeout=5)
-
-
 def _r1(items: list[list[dict[str, Any]]]) -> bytes:
     return json.dumps({"result": items}).encode()
 
 
-def test_5xx_is_retried_then_succeeds(scripted: tuple[str, type[_Scripted]]) -> None:
+def test_5xx_is_retried_then_succeeds(scripted: tuple[str, type[ScriptedHandler]]) -> None:
     url, handler = scripted
     doc = {"document": {"id": "7", "contents": '"Quoted Title"\nbody'}, "score": "0.5"}
     handler.script = [(503, b'{"error": "warming up"}'), (502, b"bad gateway"), (200, _r1([[doc]]))]
@@ -185,7 +152,7 @@ def test_5xx_is_retried_then_succeeds(scripted: tuple[str, type[_Scripted]]) -> 
     assert handler.seen == [{"queries": ["q"], "topk": 1, "return_scores": True}] * 3
 
 
-def test_retries_are_bounded(scripted: tuple[str, type[_Scripted]]) -> None:
+def test_retries_are_bounded(scripted: tuple[str, type[ScriptedHandler]]) -> None:
     url, handler = scripted
     handler.script = [(503, b'{"error": "down"}')] * 5
     with RemoteRetriever(url, timeout=5, retries=1, backoff=0.01) as remote:
@@ -208,7 +175,7 @@ def test_retries_are_bounded(scripted: tuple[str, type[_Scripted]]) -> None:
     ],
 )
 def test_malformed_or_refused_answers_raise(
-    scripted: tuple[str, type[_Scripted]], status: int, body: bytes, match: str
+    scripted: tuple[str, type[ScriptedHandler]], status: int, body: bytes, match: str
 ) -> None:
     url, handler = scripted
     handler.script = [(status, body)]
@@ -218,7 +185,7 @@ def test_malformed_or_refused_answers_raise(
     assert len(handler.seen) == 1  # not retried
 
 
-def test_query_dialect_request_shape_and_parsing(scripted: tuple[str, type[_Scripted]]) -> None:
+def test_query_dialect_request_shape_and_parsing(scripted: tuple[str, type[ScriptedHandler]]) -> None:
     url, handler = scripted
     handler.script = [(200, json.dumps({"query": "q", "results": [
         {"id": "a", "content": "Title A\nbody a", "score": 2.0},
@@ -369,7 +336,7 @@ def _gzip_response(body: bytes) -> bytes:
             b"content-length: %d\r\n\r\n" % len(packed)) + packed
 
 
-def test_gzip_answers_are_read(scripted: tuple[str, type[_Scripted]]) -> None:
+def test_gzip_answers_are_read(scripted: tuple[str, type[ScriptedHandler]]) -> None:
     with _raw_server(lambda conn, stop: conn.sendall(_gzip_response(_ANSWER))) as url:
         with RemoteRetriever(url, timeout=5) as remote:
             assert remote.search_batch(["q"], 1) == [[Hit("1", "T", "x", 1.0)]]
@@ -425,7 +392,7 @@ def test_answers_over_the_size_cap_are_refused() -> None:
     ],
 )
 def test_hostile_json_answers_are_retriever_errors(
-    scripted: tuple[str, type[_Scripted]], body: bytes, match: str
+    scripted: tuple[str, type[ScriptedHandler]], body: bytes, match: str
 ) -> None:
     url, handler = scripted
     handler.script = [(200, body)]
@@ -442,7 +409,7 @@ def test_tokens_that_cannot_be_sent_are_refused_clearly(token: str) -> None:
 
 @pytest.mark.parametrize("score", [b"[" * 100_000, b"7" * 5000, b"1e999"])
 def test_hostile_answers_reach_the_env_as_retriever_errors(
-    scripted: tuple[str, type[_Scripted]], score: bytes
+    scripted: tuple[str, type[ScriptedHandler]], score: bytes
 ) -> None:
     from searchenv.env import SearchQAEnv
 

@@ -47,7 +47,7 @@ def _read_token(ctx: typer.Context, token: str | None, token_file: Path | None) 
         ValueError: If both a token and a file are given, or the file is unreadable, empty or
             holds a token that cannot travel in a header.
     """
-    from searchenv.retrievers.remote import check_token
+    from searchenv.httpclient import check_token
 
     if token and token_file is not None:
         raise ValueError("give --token (or SEARCHENV_TOKEN) or --token-file, not both")

@@ -31,58 +31,28 @@ become :class:`RetrieverError`) and a score must be a finite number.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import threading
 import time
-import zlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from searchenv.corpus import split_contents
-from searchenv.jsonsafe import DEFAULT_MAX_DEPTH, JSONInputError, loads
+from searchenv.httpclient import DEFAULT_MAX_RESPONSE_BYTES, JSONClient, check_token
 from searchenv.retrievers.base import Hit, RetrieverError, check_k
+
+__all__ = [
+    "DEFAULT_MAX_RESPONSE_BYTES", "DIALECTS", "TOKEN_ENV", "RemoteRetriever", "check_token", "is_server_url",
+    "parse_query", "parse_search_r1", "remote_from_url",
+]
 
 DIALECTS = ("search-r1", "query")
 #: The bearer token's environment variable: ``searchenv serve`` reads it (``SEARCHENV_SERVER_TOKEN``,
 #: its former name, too) and a retriever given as a server URL sends it.
 TOKEN_ENV = "SEARCHENV_TOKEN"
-_RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
-#: Default cap on one answer's size in bytes, after decompression.
-DEFAULT_MAX_RESPONSE_BYTES = 32 * 1024 * 1024
-
-
-def check_token(token: str) -> str:
-    """Check that a bearer token can be sent in an HTTP header.
-
-    Tokens are limited to printable ASCII without spaces (RFC 6750 allows fewer characters), so
-    a non-ASCII, space or control character is refused here instead of failing, or being
-    encoded differently by client and server, later. The message gives the character's position,
-    never the token.
-
-    Args:
-        token: The token.
-
-    Returns:
-        ``token`` unchanged.
-
-    Raises:
-        ValueError: If a character is outside ``!`` .. ``~``.
-    """
-    for i, char in enumerate(token, start=1):
-        if not "!" <= char <= "~":
-            raise ValueError(
-                f"token must be printable ASCII without spaces; character {i} of {len(token)} is not "
-                "(non-ASCII, a space or a control character)"
-            )
-    return token
-
-
-class _Retryable(Exception):
-    """An attempt failed in a way that another attempt may fix."""
 
 
 def _endpoint(url: str) -> str:
@@ -163,111 +133,6 @@ def parse_query(payload: Any) -> list[Hit]:
     ]
 
 
-class _Deadlines:
-    """An httpcore network backend that cuts every connect, read and write at the caller's deadline.
-
-    httpcore gives each socket operation its own timeout, so a server sending one byte at a time
-    could hold a request forever; here each operation gets at most what is left until the
-    deadline that the calling thread set (:meth:`until`). Connections of the pool are used by
-    one thread at a time, so a thread-local deadline is the one of the request being made.
-    """
-
-    def __init__(self) -> None:
-        import httpcore
-
-        self._httpcore = httpcore
-        self._backend = httpcore.SyncBackend()
-        self._local = threading.local()
-
-    def until(self, deadline: float | None) -> None:
-        """Set (or with ``None`` clear) this thread's deadline, a ``time.monotonic()`` value."""
-        self._local.deadline = deadline
-
-    def cut(self, timeout: float | None, error: type[Exception]) -> float | None:
-        """``timeout`` shortened to what is left of the deadline; ``error`` if nothing is."""
-        deadline = getattr(self._local, "deadline", None)
-        if deadline is None:
-            return timeout
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise error("deadline passed")
-        return left if timeout is None else min(timeout, left)
-
-    def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
-                    socket_options: Iterable[Any] | None = None) -> _DeadlineStream:
-        """Open a connection within the deadline."""
-        timeout = self.cut(timeout, self._httpcore.ConnectTimeout)
-        return _DeadlineStream(self._backend.connect_tcp(host, port, timeout, local_address, socket_options), self)
-
-    def sleep(self, seconds: float) -> None:
-        """Sleep (httpcore's retry pause; unused with retries=0)."""
-        time.sleep(seconds)
-
-
-class _DeadlineStream:
-    """A connection of :class:`_Deadlines` (see there)."""
-
-    def __init__(self, stream: Any, deadlines: _Deadlines) -> None:
-        self._stream = stream
-        self._deadlines = deadlines
-
-    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        """Read within the deadline."""
-        return bytes(self._stream.read(max_bytes, self._deadlines.cut(timeout, self._deadlines._httpcore.ReadTimeout)))
-
-    def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        """Write within the deadline."""
-        self._stream.write(buffer, self._deadlines.cut(timeout, self._deadlines._httpcore.WriteTimeout))
-
-    def close(self) -> None:
-        """Close the connection."""
-        self._stream.close()
-
-    def start_tls(self, ssl_context: Any, server_hostname: str | None = None,
-                  timeout: float | None = None) -> _DeadlineStream:
-        """Upgrade to TLS within the deadline."""
-        timeout = self._deadlines.cut(timeout, self._deadlines._httpcore.ConnectTimeout)
-        return _DeadlineStream(self._stream.start_tls(ssl_context, server_hostname, timeout), self._deadlines)
-
-    def get_extra_info(self, info: str) -> Any:
-        """Connection details that httpcore asks for (socket, readability)."""
-        return self._stream.get_extra_info(info)
-
-
-def _read_capped(chunks: Iterable[bytes], headers: dict[str, str], limit: int) -> bytes:
-    """The answer's body, decompressed, refusing one over ``limit`` bytes without holding more.
-
-    Raises:
-        RetrieverError: If the body (or its declared ``Content-Length``) exceeds ``limit``, or it
-            uses an encoding other than identity, gzip or deflate.
-    """
-    too_large = f"answer larger than the limit of {limit} bytes (max_response_bytes)"
-    declared = headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise RetrieverError(too_large)
-    encoding = headers.get("content-encoding", "identity").strip().lower()
-    if encoding in ("gzip", "x-gzip", "deflate"):
-        decoder: Any = zlib.decompressobj(zlib.MAX_WBITS | 32)  # gzip or zlib header
-    elif encoding in ("", "identity"):
-        decoder = None
-    else:
-        raise RetrieverError(f"answer uses the unsupported Content-Encoding {encoding!r}")
-    body = bytearray()
-    try:
-        for chunk in chunks:
-            # max_length stops a decompression bomb at the cap instead of expanding it whole
-            body += decoder.decompress(chunk, limit + 1 - len(body)) if decoder else chunk
-            if len(body) > limit:
-                raise RetrieverError(too_large)
-        if decoder:
-            body += decoder.flush()
-    except zlib.error as exc:
-        raise RetrieverError(f"answer is not valid {encoding} data ({exc})") from None
-    if len(body) > limit:
-        raise RetrieverError(too_large)
-    return bytes(body)
-
-
 class RemoteRetriever:
     """A :class:`~searchenv.retrievers.base.Retriever` backed by an HTTP retrieval server.
 
@@ -302,8 +167,6 @@ class RemoteRetriever:
         concurrency: int = 8,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
     ) -> None:
-        import httpcore
-
         if dialect not in DIALECTS:
             raise ValueError(f"dialect must be one of {', '.join(DIALECTS)}, got {dialect!r}")
         if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
@@ -324,78 +187,16 @@ class RemoteRetriever:
         self.max_queries_per_request = max_queries_per_request
         self.concurrency = concurrency
         self.max_response_bytes = max_response_bytes
-        self._headers = [("Host", urlsplit(self.url).netloc), ("Accept", "application/json"),
-                         ("Accept-Encoding", "gzip, deflate")]
-        if token:
-            self._headers.append(("Authorization", f"Bearer {check_token(token)}"))
-        self._deadlines = _Deadlines()
-        size = max(concurrency, 4)
-        # httpcore directly (httpx's transport): no environment proxies, and our deadline backend
-        self._http = httpcore.ConnectionPool(max_connections=size, max_keepalive_connections=size,
-                                             network_backend=self._deadlines)  # type: ignore[arg-type]
+        headers = [("Authorization", f"Bearer {check_token(token)}")] if token else []
+        self._client = JSONClient(service="retrieval server", error=RetrieverError, retries=retries,
+                                  backoff=self.backoff, headers=headers, max_connections=max(concurrency, 4),
+                                  max_response_bytes=max_response_bytes)
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
 
-    # ------------------------------------------------------------------ HTTP
-
     def _post(self, body: dict[str, Any], deadline: float) -> Any:
         """POST ``body`` with retries until ``deadline`` (a ``time.monotonic()`` value)."""
-        import httpcore
-
-        attempt = 0
-        while True:
-            if deadline - time.monotonic() <= 0:
-                raise RetrieverError(f"retrieval server {self.url} did not answer within {self.timeout:g} s")
-            try:
-                status, payload = self._request("POST", self.url, json.dumps(body).encode(), deadline)
-                if status in _RETRYABLE_STATUS:
-                    raise _Retryable(f"HTTP {status}: {_error_text(payload)}")
-                if not 200 <= status < 300:
-                    raise RetrieverError(
-                        f"retrieval server {self.url} refused the request: HTTP {status}: {_error_text(payload)}"
-                    )
-                return self._json(payload)
-            except _Retryable as exc:
-                reason = str(exc)
-            except httpcore.TimeoutException:
-                reason = f"no answer within {self.timeout:g} s"
-            except httpcore.NetworkError as exc:
-                reason = f"cannot reach the server ({type(exc).__name__}: {exc})"
-            except httpcore.ProtocolError as exc:
-                reason = f"no valid HTTP answer ({type(exc).__name__}: {exc})"
-            delay = self.backoff * (2**attempt)
-            if attempt >= self.retries or time.monotonic() + delay >= deadline:
-                raise RetrieverError(
-                    f"retrieval server {self.url} failed after {attempt + 1} attempt(s): {reason}"
-                )
-            time.sleep(delay)
-            attempt += 1
-
-    def _request(self, method: str, url: str, body: bytes | None, deadline: float) -> tuple[int, bytes]:
-        """One request: ``(status, body)``, all of it within ``deadline``; httpcore errors pass through."""
-        left = deadline - time.monotonic()
-        headers = list(self._headers)
-        if body is not None:
-            headers += [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
-        self._deadlines.until(deadline)
-        try:
-            with self._http.stream(method, url, headers=headers, content=body,
-                                   extensions={"timeout": dict.fromkeys(("connect", "read", "write", "pool"), left)}
-                                   ) as response:
-                fields = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in response.headers}
-                stream: Iterator[bytes] = response.iter_stream()
-                try:
-                    return response.status, _read_capped(stream, fields, self.max_response_bytes)
-                except RetrieverError as exc:
-                    raise RetrieverError(f"retrieval server {url}: {exc}") from None
-        finally:
-            self._deadlines.until(None)
-
-    def _json(self, payload: bytes) -> Any:
-        try:
-            return loads(payload, f"answer of {self.url}", max_depth=DEFAULT_MAX_DEPTH)
-        except JSONInputError as exc:
-            raise RetrieverError(f"retrieval server sent malformed JSON: {exc}") from None
+        return self._client.post(self.url, body, deadline, timeout=self.timeout)
 
     # ------------------------------------------------------------------ search
 
@@ -437,24 +238,19 @@ class RemoteRetriever:
         Raises:
             RetrieverError: If the server does not answer with a JSON object.
         """
-        import httpcore
-
         parts = urlsplit(self.url)
         url = urlunsplit((parts.scheme, parts.netloc, "/health", "", ""))
         try:
-            status, body = self._request("GET", url, None, time.monotonic() + self.timeout)
-        except (httpcore.TimeoutException, httpcore.NetworkError, httpcore.ProtocolError) as exc:
-            raise RetrieverError(f"health check of {url} failed: {type(exc).__name__}: {exc}") from None
-        if not 200 <= status < 300:
-            raise RetrieverError(f"health check of {url} failed: HTTP {status}: {_error_text(body)}")
-        payload = self._json(body)
+            payload = self._client.get(url, time.monotonic() + self.timeout)
+        except RetrieverError as exc:
+            raise RetrieverError(f"health check failed: {exc}") from None
         if not isinstance(payload, dict):
             raise RetrieverError(f"health check of {url}: expected a JSON object")
         return payload
 
     def close(self) -> None:
         """Close the connection pool and worker threads."""
-        self._http.close()
+        self._client.close()
         with self._pool_lock:
             if self._pool is not None:
                 self._pool.shutdown(wait=False)
@@ -468,19 +264,6 @@ class RemoteRetriever:
 
     def __repr__(self) -> str:
         return f"RemoteRetriever({self.url!r}, dialect={self.dialect!r})"
-
-
-def _error_text(body: bytes) -> str:
-    """The server's error message: ``error``/``detail`` of a JSON body, else the first 200 characters."""
-    try:
-        payload = loads(body, "error answer", max_depth=DEFAULT_MAX_DEPTH)
-    except JSONInputError:
-        return body[:200].decode("utf-8", "replace")
-    if isinstance(payload, dict):
-        for key in ("error", "detail"):
-            if key in payload:
-                return str(payload[key])[:500]
-    return str(payload)[:200]
 
 
 def is_server_url(spec: object) -> bool:

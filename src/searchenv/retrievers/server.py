@@ -55,9 +55,9 @@ from starlette.requests import ClientDisconnect
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from searchenv.corpus import Document
+from searchenv.httpclient import check_token
 from searchenv.jsonsafe import DEFAULT_MAX_DEPTH, JSONInputError, loads
 from searchenv.retrievers.base import Hit, Retriever, RetrieverError, check_k
-from searchenv.retrievers.remote import check_token
 
 #: Host names accepted in the ``Host`` header by default (IP addresses always are).
 DEFAULT_ALLOWED_HOSTS = ("localhost",)

@@ -49,7 +49,27 @@ def eval_command(
     model: str | None = typer.Option(
         None,
         "--model",
-        help="Model for LLM agents: packaged name, .gguf file or model folder (default: SmolLM2-135M-Instruct).",
+        help="Model for LLM agents: packaged name, .gguf file or model folder (default: SmolLM2-135M-Instruct). "
+        "With --model-url: the served model's tokenizer.",
+    ),
+    model_url: str | None = typer.Option(
+        None,
+        "--model-url",
+        help="Run the LLM agents on a model served over an OpenAI-compatible API (vLLM, SGLang, llama.cpp, "
+        "TGI, transformers serve, hosted), e.g. http://127.0.0.1:8000/v1. Key: $OPENAI_API_KEY.",
+    ),
+    served_model: str | None = typer.Option(
+        None, "--served-model", help="Model name sent to --model-url (default: the first /v1/models lists)."
+    ),
+    api: str = typer.Option(
+        "auto",
+        "--api",
+        help="API of --model-url: completions (token-exact contexts; needs --model for the tokenizer), chat, "
+        "or auto (completions with --model, chat without).",
+    ),
+    concurrency: int = typer.Option(8, "--concurrency", min=1, help="Requests in flight to --model-url."),
+    request_timeout: float = typer.Option(
+        300.0, "--request-timeout", min=0.001, help="Seconds per request to --model-url, retries included."
     ),
     seed: int = typer.Option(0, "--seed", help="Run seed."),
     corpus: Path | None = typer.Option(None, "--corpus", help="Corpus file (default: the task's own)."),
@@ -64,6 +84,7 @@ def eval_command(
     from rich.console import Console
 
     from agents.evaluate import EvalResult, compare, rich_table, write_results
+    from agents.policies.openai_compat import ModelServerError
     from searchenv.corpus import CorpusFormatError
     from searchenv.retrievers import index_kinds
     from searchenv.retrievers.base import RetrieverError
@@ -86,15 +107,39 @@ def eval_command(
             "documents to index: add --corpus CORPUS.jsonl (or give an index folder as --retriever)",
             param_hint="--corpus",
         )
-    policy = None
+    if api not in ("auto", "completions", "chat"):
+        raise typer.BadParameter(f"must be auto, completions or chat, got {api!r}", param_hint="--api")
+    if model_url is None and (served_model is not None or api != "auto"):
+        raise typer.BadParameter("--served-model and --api apply to --model-url", param_hint="--model-url")
+    if model_url is not None and api == "completions" and model is None:
+        raise typer.BadParameter(
+            "the completions API needs the served model's tokenizer: add --model (packaged name, .gguf or "
+            "model folder), or use --api chat",
+            param_hint="--api",
+        )
+    policy: Any = None
     if any(a in LLM_AGENTS for a in agent):
-        err.print(f"loading model {model or 'SmolLM2-135M-Instruct (packaged)'} ...")
-        policy = load_policy(model)
+        try:
+            if model_url is not None:
+                from agents.policies.openai_compat import openai_policy
+
+                policy = openai_policy(model_url, api=api, tokenizer=model, model=served_model,
+                                       max_concurrency=concurrency, timeout=request_timeout)
+                err.print(f"using {type(policy).__name__} at {policy.url}")
+            else:
+                err.print(f"loading model {model or 'SmolLM2-135M-Instruct (packaged)'} ...")
+                policy = load_policy(model)
+        except (ValueError, FileNotFoundError) as exc:
+            err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
+            raise typer.Exit(code=2) from None
 
     def progress(r: EvalResult) -> None:
+        served = r.config.get("model_usage")
+        usage = (f"  [{served['requests']:g} requests, {served['prompt_tokens']:g} prompt + "
+                 f"{served['completion_tokens']:g} completion tokens, {served['retries']:g} retries]") if served else ""
         err.print(
             f"  {r.agent:>9} / {r.retriever:<6} EM {r.row['em']:.3f}  F1 {r.row['f1']:.3f}  "
-            f"({r.seconds:.1f} s)"
+            f"({r.seconds:.1f} s){usage}"
         )
 
     try:
@@ -115,7 +160,7 @@ def eval_command(
             seed=seed,
             max_new_tokens=max_new_tokens,
         )
-    except (ValueError, FileNotFoundError, RetrieverError) as exc:
+    except (ValueError, FileNotFoundError, RetrieverError, ModelServerError) as exc:
         hint = ""
         if task_is_file and isinstance(exc, CorpusFormatError) and str(task) in str(exc):
             hint = (
@@ -125,8 +170,9 @@ def eval_command(
             )
         err.print(f"error: {exc}{hint}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(code=2) from None
+    shown_split = split or ("file" if task_is_file else "dev")
     Console(file=sys.stdout, width=200).print(
-        rich_table(results, title=f"{task} / {split} / first {results[0].row['n']} questions")
+        rich_table(results, title=f"{task} / {shown_split} / first {results[0].row['n']} questions")
     )
     if out is not None:
         paths = write_results(results, out)

@@ -214,6 +214,8 @@ def evaluate(
         agent = make_agent(
             agent, policy=policy, max_new_tokens=max_new_tokens, seed=seed
         )
+    served = getattr(getattr(agent, "policy", None), "usage", None)  # a model server's counters
+    before = dict(served) if isinstance(served, Mapping) else None
     t0 = time.perf_counter()
     episodes = run_agent(
         agent,
@@ -239,6 +241,10 @@ def evaluate(
         "seed": seed,
         "n": len(examples),
     }
+    if before is not None:
+        after = agent.policy.usage  # type: ignore[attr-defined]
+        # requests, prompt/completion tokens as the server counted them, retries, request seconds
+        config["model_usage"] = {k: round(after[k] - before.get(k, 0), 3) for k in after}
     return EvalResult(
         agent.name, _label(retriever), task_label, split, summarize(episodes, seconds), episodes, seconds, config
     )

@@ -44,7 +44,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from agents.policies.base import Policy
+from agents.policies.base import ChatPolicy, Policy
 from searchenv.env import SearchQAEnv, search_or_error
 from searchenv.protocols import Protocol as ActionProtocol
 from searchenv.protocols import get_protocol
@@ -404,7 +404,9 @@ class LLMAgent:
 
     Args:
         name: Short name.
-        policy: The model.
+        policy: The model: a :class:`~agents.policies.base.Policy` (the context is kept as token
+            ids) or a :class:`~agents.policies.base.ChatPolicy` (the context is sent as messages,
+            see :meth:`_act_chat`).
         system_prompt: ``f(protocol) -> str`` giving the system prompt (None: the protocol's own).
         first_search: Make the first turn a scripted search for the question itself (``rag``).
         answer_slot: Answer-only turns: the turn starts with ``<answer>`` and the model writes
@@ -418,7 +420,7 @@ class LLMAgent:
     def __init__(
         self,
         name: str,
-        policy: Policy,
+        policy: Policy | ChatPolicy,
         *,
         system_prompt: Callable[[ActionProtocol], str] | None = None,
         first_search: bool = False,
@@ -451,20 +453,32 @@ class LLMAgent:
         return with_system_prompt(protocol, self.system_prompt(protocol))
 
     def _context(self, ep: EpisodeState) -> list[int]:
+        policy = self.policy
+        if isinstance(policy, ChatPolicy):
+            raise TypeError("a chat policy keeps no token-id context")
         ids: list[int] | None = ep.memory.get("ids")
         if ids is None:
-            ids = list(self.policy.chat_prompt_ids(ep.messages[:2]))
+            ids = list(policy.chat_prompt_ids(ep.messages[:2]))
             ep.memory["ids"] = ids
             ep.memory["synced"] = 0
         # Append what the environment said after turns we have not yet added.
         for step in ep.steps[ep.memory["synced"] :]:
             if step.info["new_text"]:
-                ids.extend(self.policy.encode(step.info["new_text"]))
+                ids.extend(policy.encode(step.info["new_text"]))
         ep.memory["synced"] = len(ep.steps)
         return ids
 
+    def _stop(self, episodes: Sequence[EpisodeState]) -> tuple[str, ...]:
+        return ("</answer>",) if self.answer_slot else tuple(episodes[0].protocol.stop) if episodes else ()
+
+    def _seeds(self, episodes: Sequence[EpisodeState], todo: Sequence[int], seed: int) -> list[int]:
+        # Per-episode seeds make sampling independent of which other episodes share the batch.
+        return [_episode_seed(seed, episodes[j].seed * 64 + episodes[j].turn) for j in todo]
+
     def act(self, episodes: Sequence[EpisodeState], *, seed: int) -> list[Turn]:
-        """Generate one turn per episode with one batched ``generate`` call."""
+        """Generate one turn per episode with one batched ``generate`` (or ``generate_chat``) call."""
+        if isinstance(self.policy, ChatPolicy):
+            return self._act_chat(episodes, seed=seed)
         out: list[Turn | None] = [None] * len(episodes)
         todo: list[int] = []
         prompts: list[list[int]] = []
@@ -480,18 +494,16 @@ class LLMAgent:
             todo.append(i)
             prompts.append(ctx + (self.policy.encode(prefix) if prefix else []))
             prefixes.append(prefix)
-        stop = ("</answer>",) if self.answer_slot else tuple(episodes[0].protocol.stop) if episodes else ()
         if todo:
             # One generate call for the whole round (the policy chunks it by its max_batch_size and
-            # reuses the key/values of the previous round's prompts); per-episode seeds make
-            # sampling independent of which other episodes share the batch.
+            # reuses the key/values of the previous round's prompts).
             gens = self.policy.generate(
                 prompts,
-                stop=stop,
+                stop=self._stop(episodes),
                 max_new_tokens=self.max_new_tokens,
                 temperature=self.temperature,
                 top_p=self.top_p,
-                seed=[_episode_seed(seed, episodes[j].seed * 64 + episodes[j].turn) for j in todo],
+                seed=self._seeds(episodes, todo, seed),
             )
             if len(gens) != len(prompts):
                 raise RuntimeError(f"policy returned {len(gens)} generations for {len(prompts)} prompts")
@@ -503,8 +515,52 @@ class LLMAgent:
                 text = prefix + gen.text
                 if self.answer_slot:
                     text = close_answer(text)
-                out[j] = Turn(text, len(gen.token_ids))
+                out[j] = Turn(text, gen.num_tokens)
         return [t if t is not None else Turn("", 0) for t in out]
+
+    def _act_chat(self, episodes: Sequence[EpisodeState], *, seed: int) -> list[Turn]:
+        """One turn per episode from a chat policy: the transcript as messages, no token ids.
+
+        A chat API cannot continue a prefix, so an answer-slot turn is the reply from its
+        ``<answer>`` on (the whole reply as the answer if it has none).
+        """
+        policy: ChatPolicy = self.policy  # type: ignore[assignment]
+        out: list[Turn | None] = [None] * len(episodes)
+        todo: list[int] = []
+        conversations: list[list[dict[str, str]]] = []
+        for i, ep in enumerate(episodes):
+            if self.first_search and ep.turn == 0:
+                out[i] = Turn(f"<search> {ep.example.question} </search>", 0)
+                continue
+            todo.append(i)
+            conversations.append(chat_messages(ep.messages))
+        if todo:
+            gens = policy.generate_chat(
+                conversations,
+                stop=self._stop(episodes),
+                max_new_tokens=self.max_new_tokens,
+                temperature=self.temperature,
+                top_p=self.top_p,
+                seed=self._seeds(episodes, todo, seed),
+            )
+            if len(gens) != len(conversations):
+                raise RuntimeError(f"policy returned {len(gens)} replies for {len(conversations)} conversations")
+            for j, gen in zip(todo, gens, strict=True):
+                text = gen.text
+                if self.answer_slot:
+                    start = text.find("<answer>")
+                    text = close_answer(text[start:] if start >= 0 else "<answer>" + text)
+                out[j] = Turn(text, gen.num_tokens)
+        return [t if t is not None else Turn("", 0) for t in out]
+
+
+def chat_messages(messages: Sequence[Mapping[str, str]]) -> list[dict[str, str]]:
+    """An episode's transcript as chat-API messages: the environment's ``tool`` replies become ``user`` turns.
+
+    Chat APIs take a ``tool`` message only as the answer to a structured tool call, and the
+    protocols here are plain text, so the environment speaks as the user.
+    """
+    return [{"role": "user" if m["role"] == "tool" else m["role"], "content": m["content"]} for m in messages]
 
 
 def close_answer(text: str) -> str:
@@ -534,7 +590,7 @@ def close_answer(text: str) -> str:
 def make_agent(
     name: str,
     *,
-    policy: Policy | None = None,
+    policy: Policy | ChatPolicy | None = None,
     max_new_tokens: int = 96,
     temperature: float = 0.0,
     seed: int = 0,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -17,12 +17,21 @@ class Generation:
         logprobs: Log-probability of each generated token under the temperature-scaled model
             distribution (before top-p truncation), or None if the backend does not report them.
         finish_reason: ``"stop"`` (a stop string), ``"eos"`` (end-of-sequence token) or ``"length"``.
+        n_tokens: Tokens generated as the backend counted them, when ``token_ids`` are not the
+            sampled ids (a served model: ``token_ids`` are then the text re-encoded, or empty);
+            None when ``token_ids`` are exact.
     """
 
     text: str
     token_ids: tuple[int, ...]
     logprobs: tuple[float, ...] | None
     finish_reason: str
+    n_tokens: int | None = None
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens generated: ``n_tokens`` when the backend reported it, else ``len(token_ids)``."""
+        return self.n_tokens if self.n_tokens is not None else len(self.token_ids)
 
 
 @runtime_checkable
@@ -92,3 +101,86 @@ class TrainablePolicy(Policy, Protocol):
             One 1-D tensor per sequence, of length ``len(seq) - start``.
         """
         ...
+
+
+@runtime_checkable
+class ChatPolicy(Protocol):
+    """A model reached only through chat messages (a chat-completions API): no token ids.
+
+    Agents give it the conversation as messages (``system``, ``user``, then ``assistant`` turns
+    and the environment's replies as ``user`` messages) instead of a token-id context.
+    """
+
+    def generate_chat(
+        self,
+        conversations: Sequence[Sequence[Mapping[str, str]]],
+        *,
+        stop: Sequence[str] = (),
+        max_new_tokens: int = 256,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        seed: int | Sequence[int] | None = None,
+    ) -> list[Generation]:
+        """Generate the next assistant message of every conversation (arguments as :meth:`Policy.generate`)."""
+        ...
+
+
+def check_sampling(prompts: Sequence[Any], stop: Sequence[str], max_new_tokens: int, temperature: float,
+                   top_p: float) -> None:
+    """Validate the arguments every ``generate`` takes.
+
+    Raises:
+        TypeError: If ``prompts`` or ``stop`` is one string instead of a sequence.
+        ValueError: For an empty stop string, or a value out of range.
+    """
+    if isinstance(prompts, str):
+        raise TypeError("prompts must be a sequence of prompts, not one string")
+    if isinstance(stop, str):
+        raise TypeError("stop must be a sequence of strings, not one string")
+    if any(not isinstance(s, str) or not s for s in stop):
+        raise ValueError(f"stop strings must be non-empty strings, got {list(stop)!r}")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+    if not isinstance(temperature, int | float) or not temperature >= 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature!r}")
+    if not isinstance(top_p, int | float) or not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
+
+
+def request_seeds(seed: int | Sequence[int] | None, n: int) -> list[int | None]:
+    """One 32-bit seed per prompt for a backend that takes a seed per request.
+
+    Args:
+        seed: None (fresh entropy: no seed sent), one int for the batch (spread over the prompts),
+            or one int per prompt.
+        n: Number of prompts.
+
+    Raises:
+        TypeError: If ``seed`` is none of those.
+        ValueError: If a per-prompt list has the wrong length.
+    """
+    import numpy as np
+
+    if seed is None:
+        return [None] * n
+    if isinstance(seed, int) and not isinstance(seed, bool):
+        return [int(np.random.SeedSequence(seed, spawn_key=(i,)).generate_state(1)[0]) for i in range(n)]
+    if not isinstance(seed, Sequence):
+        raise TypeError(f"seed must be None, an int or a sequence of ints, got {type(seed).__name__}")
+    if len(seed) != n:
+        raise ValueError(f"seed has {len(seed)} entries for {n} prompts")
+    return [int(np.random.SeedSequence(int(s) % (1 << 128)).generate_state(1)[0]) for s in seed]
+
+
+def chat_template_ids(tokenizer: Any, messages: Sequence[Mapping[str, str]]) -> list[int]:
+    """Token ids of a chat with ``tokenizer``'s chat template and the assistant generation prompt.
+
+    Raises:
+        ValueError: If the tokenizer has no chat template.
+    """
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError("the tokenizer has no chat template; build prompts with encode() instead")
+    out = tokenizer.apply_chat_template([dict(m) for m in messages], add_generation_prompt=True, tokenize=True)
+    if isinstance(out, Mapping) or hasattr(out, "input_ids"):
+        out = out["input_ids"]
+    return [int(t) for t in out]

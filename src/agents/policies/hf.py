@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from agents.policies.attention import use_grouped_sdpa
-from agents.policies.base import Generation
+from agents.policies.base import Generation, chat_template_ids, check_sampling
 
 if TYPE_CHECKING:
     import torch
@@ -461,14 +461,7 @@ class HFPolicy:
         Raises:
             ValueError: If the tokenizer has no chat template.
         """
-        if not getattr(self.tokenizer, "chat_template", None):
-            raise ValueError("the tokenizer has no chat template; build prompts with encode() instead")
-        out = self.tokenizer.apply_chat_template(
-            [dict(m) for m in messages], add_generation_prompt=True, tokenize=True
-        )
-        if isinstance(out, Mapping) or hasattr(out, "input_ids"):
-            out = out["input_ids"]
-        return [int(t) for t in out]
+        return chat_template_ids(self.tokenizer, messages)
 
     def reset_stats(self) -> None:
         """Zero :attr:`stats`."""
@@ -544,18 +537,7 @@ class HFPolicy:
         self, prompts: Sequence[Sequence[int]] | Sequence[str], stop: Sequence[str],
         max_new_tokens: int, temperature: float, top_p: float,
     ) -> list[list[int]]:
-        if isinstance(prompts, str):
-            raise TypeError("prompts must be a sequence of prompts, not one string")
-        if isinstance(stop, str):
-            raise TypeError("stop must be a sequence of strings, not one string")
-        if any(not isinstance(s, str) or not s for s in stop):
-            raise ValueError(f"stop strings must be non-empty strings, got {list(stop)!r}")
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
-        if not isinstance(temperature, int | float) or not temperature >= 0:
-            raise ValueError(f"temperature must be >= 0, got {temperature!r}")
-        if not isinstance(top_p, int | float) or not 0 < top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
+        check_sampling(prompts, stop, max_new_tokens, temperature, top_p)
         vocab = int(self.model.get_input_embeddings().num_embeddings)
         out: list[list[int]] = []
         for i, p in enumerate(prompts):

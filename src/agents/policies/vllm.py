@@ -28,9 +28,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
-from agents.policies.base import Generation
+from agents.policies.base import Generation, chat_template_ids, check_sampling, request_seeds
 
 
 def vllm_available() -> str | None:
@@ -89,10 +87,7 @@ class VLLMPolicy:
 
     def chat_prompt_ids(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
         """Token ids of a chat with the chat template and the assistant generation prompt."""
-        out = self.tokenizer.apply_chat_template([dict(m) for m in messages], add_generation_prompt=True, tokenize=True)
-        if isinstance(out, Mapping) or hasattr(out, "input_ids"):
-            out = out["input_ids"]
-        return [int(t) for t in out]
+        return chat_template_ids(self.tokenizer, messages)
 
     def generate(
         self,
@@ -108,16 +103,9 @@ class VLLMPolicy:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
-        if isinstance(prompts, str) or isinstance(stop, str):
-            raise TypeError("prompts and stop must be sequences, not single strings")
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
-        if not temperature >= 0:
-            raise ValueError(f"temperature must be >= 0, got {temperature!r}")
-        if not 0 < top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
+        check_sampling(prompts, stop, max_new_tokens, temperature, top_p)
         ids = [self.encode(p) if isinstance(p, str) else [int(t) for t in p] for p in prompts]
-        seeds = _seeds(seed, len(ids))
+        seeds = request_seeds(seed, len(ids))
         params = [
             SamplingParams(
                 n=1,
@@ -147,15 +135,3 @@ class VLLMPolicy:
                 reason = "eos"
             results.append(Generation(comp.text, token_ids, logprobs, reason))
         return results
-
-
-def _seeds(seed: int | Sequence[int] | None, n: int) -> list[int | None]:
-    if seed is None:
-        return [None] * n
-    if isinstance(seed, int) and not isinstance(seed, bool):
-        return [int(np.random.SeedSequence(seed, spawn_key=(i,)).generate_state(1)[0]) for i in range(n)]
-    if not isinstance(seed, Sequence):
-        raise TypeError(f"seed must be None, an int or a sequence of ints, got {type(seed).__name__}")
-    if len(seed) != n:
-        raise ValueError(f"seed has {len(seed)} entries for {n} prompts")
-    return [int(np.random.SeedSequence(int(s)).generate_state(1)[0]) for s in seed]

@@ -1,0 +1,260 @@
+"""The OpenAI-compatible policies: reply handling, request shapes, failures, and the chat path of the agents.
+
+Request shapes and failure handling run against a scripted stand-in server (a real server does not
+fail on demand); ``test_openai_served.py`` runs the same policies against ``transformers serve``.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+pytest.importorskip("httpcore")
+
+from agents.policies.base import ChatPolicy, Policy  # noqa: E402
+from agents.policies.openai_compat import (  # noqa: E402
+    ModelServerError,
+    OpenAIChatPolicy,
+    OpenAICompletionsPolicy,
+    api_base,
+    openai_policy,
+    restore_stop,
+)
+
+from .conftest import DOCS, EXAMPLES, ScriptedHandler  # noqa: E402
+
+STOPS = ("</search>", "</answer>")
+Scripted = tuple[str, type[ScriptedHandler]]
+
+
+def _completion(text: str, finish: str = "stop", tokens: int = 3, **extra: Any) -> bytes:
+    usage = {"prompt_tokens": 10, "completion_tokens": tokens, "total_tokens": 10 + tokens}
+    return json.dumps({"choices": [{"index": 0, "text": text, "finish_reason": finish, **extra}],
+                       "usage": usage}).encode()
+
+
+def _chat(text: str | None, finish: str = "stop", tokens: int = 2) -> bytes:
+    return json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                                    "finish_reason": finish}],
+                       "usage": {"prompt_tokens": 20, "completion_tokens": tokens}}).encode()
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Any:
+    pytest.importorskip("transformers")
+    from .tiny_model import build_tiny_tokenizer
+
+    return build_tiny_tokenizer()
+
+
+# ---------------------------------------------------------------- replies as the Policy contract has them
+
+
+@pytest.mark.parametrize(
+    ("text", "finish", "stop_reason", "expected"),
+    [
+        # transformers serve keeps the stop string (and may run past it within the last token)
+        ("<search> q </search>", "stop", None, ("<search> q </search>", "stop")),
+        ("<answer> a </answer>\n", "stop", None, ("<answer> a </answer>", "stop")),
+        # OpenAI and vLLM leave it out: vLLM names it, otherwise the open tag tells
+        ("<search> q ", "stop", "</search>", ("<search> q </search>", "stop")),
+        ("I think. <search> q ", "stop", None, ("I think. <search> q </search>", "stop")),
+        ("<search> a </search> <answer> b", "stop", None, ("<search> a </search>", "stop")),
+        ("<answer> b", "stop", None, ("<answer> b</answer>", "stop")),
+        ("The answer is b.", "stop", None, ("The answer is b.", "eos")),
+        ("<search> q", "length", None, ("<search> q", "length")),
+        ("<search> q", "stop", 2, ("<search> q</search>", "stop")),  # a token id: the open tag decides
+    ],
+)
+def test_restore_stop(text: str, finish: str, stop_reason: Any, expected: tuple[str, str]) -> None:
+    assert restore_stop(text, finish, STOPS, stop_reason) == expected
+
+
+@given(st.text(alphabet="<>/sarchenwq b\n", max_size=60), st.sampled_from(["stop", "length", None, "eos"]))
+def test_restore_stop_never_loses_text_and_ends_at_most_one_stop(text: str, finish: Any) -> None:
+    out, reason = restore_stop(text, finish, STOPS)
+    assert reason in ("stop", "length", "eos")
+    if any(s in text for s in STOPS):
+        assert text.startswith(out) and reason == "stop" and out.endswith(STOPS)
+        assert not any(s in out[: -len(next(s for s in STOPS if out.endswith(s)))] for s in STOPS)
+    else:
+        assert out.startswith(text)
+        assert (out != text) == (reason == "stop")
+
+
+def test_api_base() -> None:
+    assert api_base("http://127.0.0.1:8000") == "http://127.0.0.1:8000/v1"
+    assert api_base("http://127.0.0.1:8000/") == "http://127.0.0.1:8000/v1"
+    assert api_base("https://api.example.com/v1/") == "https://api.example.com/v1"
+    assert api_base("http://h:1/openai/v1") == "http://h:1/openai/v1"
+    with pytest.raises(ValueError, match="http"):
+        api_base("127.0.0.1:8000")
+
+
+def test_options_are_checked(tokenizer: Any) -> None:
+    with pytest.raises(ValueError, match="tokenizer"):
+        OpenAICompletionsPolicy("http://127.0.0.1:9", tokenizer=None)
+    with pytest.raises(ValueError, match="prompt_format"):
+        OpenAICompletionsPolicy("http://127.0.0.1:9", tokenizer=tokenizer, prompt_format="bytes")
+    for bad in ({"max_concurrency": 0}, {"timeout": -1}, {"retries": -1}, {"backoff": float("nan")}, {"model": ""}):
+        with pytest.raises(ValueError):
+            OpenAIChatPolicy("http://127.0.0.1:9", **bad)
+    with pytest.raises(ValueError, match="printable ASCII"):
+        OpenAIChatPolicy("http://127.0.0.1:9", api_key="sk bad")
+    with pytest.raises(ValueError, match="api must be"):
+        openai_policy("http://127.0.0.1:9", api="responses")
+    assert isinstance(openai_policy("http://127.0.0.1:9", tokenizer=tokenizer), OpenAICompletionsPolicy)
+    chat = openai_policy("http://127.0.0.1:9")
+    assert isinstance(chat, ChatPolicy) and not isinstance(chat, Policy)
+    with pytest.raises(ValueError, match="without a tokenizer has no token ids"):
+        chat.encode("x")
+
+
+# ---------------------------------------------------------------- completions: request shape and fallbacks
+
+
+def test_completions_send_token_ids_with_stop_and_per_prompt_seeds(scripted: Scripted, tokenizer: Any) -> None:
+    url, handler = scripted
+    handler.script = [(200, _completion("x")), (200, _completion("<search> q ")), (200, _completion("b </answer>"))]
+    policy = OpenAICompletionsPolicy(url, tokenizer=tokenizer, model="m", api_key="sk-1", max_concurrency=1)
+    prompts = [tokenizer.encode("Question: a", add_special_tokens=False), "Question: b"]
+    gens = policy.generate(prompts, stop=STOPS, max_new_tokens=7, temperature=0.5, top_p=0.9, seed=[1, 2])
+    probe, *bodies = handler.seen
+    assert probe["prompt"] == prompts[0] and probe["max_tokens"] == 1  # auto: the server took ids
+    assert policy.prompt_format == "ids"
+    assert [b["prompt"] for b in bodies] == [prompts[0], tokenizer.encode("Question: b", add_special_tokens=False)]
+    for b in bodies:
+        assert b["model"] == "m" and b["stop"] == list(STOPS) and b["max_tokens"] == 7
+        assert b["temperature"] == 0.5 and b["top_p"] == 0.9
+    assert bodies[0]["seed"] != bodies[1]["seed"]
+    assert [(g.text, g.finish_reason) for g in gens] == [("<search> q </search>", "stop"), ("b </answer>", "stop")]
+    assert gens[0].token_ids == tuple(tokenizer.encode("<search> q </search>", add_special_tokens=False))
+    assert gens[0].logprobs is None and gens[0].n_tokens == 3 and gens[0].num_tokens == 3
+    usage = policy.usage
+    assert usage["requests"] == 3 and usage["completion_tokens"] == 9 and usage["prompt_tokens"] == 30
+    # the same seeds give the same request seeds (reproducible where the server honours seed)
+    handler.script = [(200, _completion("y")), (200, _completion("z"))]
+    policy.generate(prompts, stop=STOPS, max_new_tokens=7, temperature=0.5, seed=[1, 2])
+    assert [b["seed"] for b in handler.seen[-2:]] == [b["seed"] for b in bodies]
+
+
+def test_completions_fall_back_to_text_when_ids_are_refused(scripted: Scripted, tokenizer: Any) -> None:
+    url, handler = scripted
+    handler.script = [(400, b'{"detail": "prompt must be a string."}'), (200, _completion("<answer> a </answer>"))]
+    policy = OpenAICompletionsPolicy(url, tokenizer=tokenizer, model="m")
+    ids = policy.chat_prompt_ids([{"role": "user", "content": "hi"}])
+    [gen] = policy.generate([ids], stop=STOPS, temperature=0)
+    assert policy.prompt_format == "text"
+    sent = handler.seen[-1]
+    assert sent["prompt"] == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"  # special tokens kept
+    assert "top_p" not in sent and sent["temperature"] == 0.0
+    assert gen.text == "<answer> a </answer>"
+
+
+def test_model_name_comes_from_v1_models(scripted: Scripted, tokenizer: Any) -> None:
+    url, handler = scripted
+    handler.script = [(200, b'{"data": [{"id": "served-7b"}]}'), (200, _completion("a"))]
+    policy = OpenAICompletionsPolicy(url + "/v1", tokenizer=tokenizer, prompt_format="text")
+    policy.generate(["q"], max_new_tokens=2)
+    assert handler.seen[0] == {"GET": "/v1/models"} and handler.seen[1]["model"] == "served-7b"
+    handler.script = [(500, b"Internal Server Error")]
+    with pytest.raises(ModelServerError, match="--served-model"):
+        _ = OpenAIChatPolicy(url).model
+
+
+# ---------------------------------------------------------------- failures
+
+
+def test_5xx_and_429_are_retried_honouring_retry_after(scripted: Scripted) -> None:
+    url, handler = scripted
+    handler.script = [(503, b'{"error": {"message": "overloaded"}}'),
+                      (429, b"{}", {"Retry-After": "0.4"}), (200, _chat("<answer> x </answer>"))]
+    policy = OpenAIChatPolicy(url, model="m", retries=3, backoff=0.01)
+    start = time.monotonic()
+    [gen] = policy.generate_chat([[{"role": "user", "content": "q"}]], stop=STOPS)
+    assert time.monotonic() - start >= 0.4
+    assert gen.text == "<answer> x </answer>" and policy.usage["retries"] == 2
+
+
+def test_retries_are_bounded_and_the_error_names_the_server(scripted: Scripted) -> None:
+    url, handler = scripted
+    handler.script = [(502, b'{"error": {"message": "bad gateway"}}')] * 3
+    policy = OpenAIChatPolicy(url, model="m", retries=2, backoff=0.01)
+    with pytest.raises(ModelServerError, match=r"model server .*/v1/chat/completions failed after 3 attempt\(s\): "
+                                               r"HTTP 502: bad gateway"):
+        policy.generate_chat([[{"role": "user", "content": "q"}]])
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "match"),
+    [
+        (401, b'{"error": {"message": "Incorrect API key provided", "type": "invalid_request_error"}}',
+         "HTTP 401: Incorrect API key provided"),
+        (200, b'{"object": "error"}', "without 'choices'"),
+        (200, b'{"choices": [{"message": {"role": "user"}}]}', "without string 'message.content'"),
+        (200, b"<html>", "malformed JSON"),
+    ],
+)
+def test_refusals_and_malformed_answers_fail_clearly(scripted: Scripted, status: int, body: bytes, match: str) -> None:
+    url, handler = scripted
+    handler.script = [(status, body)]
+    with pytest.raises(ModelServerError, match=match):
+        OpenAIChatPolicy(url, model="m", retries=0).generate_chat([[{"role": "user", "content": "q"}]])
+    assert len(handler.seen) == 1  # a refusal is not retried
+
+
+def test_nothing_listening_is_an_error_within_the_timeout() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    policy = OpenAIChatPolicy(f"http://127.0.0.1:{port}", model="m", retries=1, backoff=0.01, timeout=5)
+    with pytest.raises(ModelServerError, match="cannot reach the server"):
+        policy.generate_chat([[{"role": "user", "content": "q"}]])
+
+
+def test_chat_messages_are_checked(scripted: Scripted) -> None:
+    url, _ = scripted
+    with pytest.raises(ValueError, match="conversation 0 message 1"):
+        OpenAIChatPolicy(url, model="m").generate_chat([[{"role": "user", "content": "q"}, {"role": "tool"}]])
+
+
+# ---------------------------------------------------------------- the chat path of the reference agents
+
+
+def test_rag_agent_on_a_chat_policy_sends_the_transcript_as_messages(scripted: Scripted, tmp_path: Any) -> None:
+    from agents.reference import make_agent, run_agent
+    from searchenv.retrievers.bm25 import BM25Retriever
+
+    url, handler = scripted
+    # the model answers without opening <answer> (a chat API cannot be given that prefix) and the
+    # second one with the tag and some talk before it
+    handler.script = [(200, _chat("Montabri")), (200, _chat("Sure. <answer> Vuldoria </answer> done"))]
+    policy = OpenAIChatPolicy(url, model="m", max_concurrency=1)
+    agent = make_agent("rag", policy=policy)
+    retriever = BM25Retriever.build(DOCS, tmp_path / "idx")
+    episodes = run_agent(agent, EXAMPLES[:2], retriever, batch_size=2, seed=0)
+    assert [e.answer for e in episodes] == ["Montabri", "Vuldoria"]
+    assert [e.steps[-1]["generated_tokens"] for e in episodes] == [2, 2]
+    for body, ex in zip(sorted(handler.seen, key=lambda b: b["messages"][1]["content"]),
+                        sorted(EXAMPLES[:2], key=lambda e: e.question), strict=True):
+        roles = [m["role"] for m in body["messages"]]
+        assert roles == ["system", "user", "assistant", "user"]  # the environment's reply speaks as the user
+        assert body["messages"][2]["content"] == f"<search> {ex.question} </search>"
+        assert body["messages"][3]["content"].startswith("<information>")
+        assert body["stop"] == ["</answer>"]
+
+
+def test_an_end_of_sequence_finish_ends_the_ids_with_eos_as_in_process(scripted: Scripted, tokenizer: Any) -> None:
+    url, handler = scripted
+    handler.script = [(200, _completion("Paris.", tokens=3)), (200, _completion("Par", finish="length", tokens=1))]
+    policy = OpenAICompletionsPolicy(url, tokenizer=tokenizer, model="m", prompt_format="text")
+    eos, cut = policy.generate(["q1", "q2"], stop=STOPS, max_new_tokens=3)
+    assert eos.finish_reason == "eos" and eos.token_ids[-1] == tokenizer.eos_token_id
+    assert eos.token_ids[:-1] == tuple(tokenizer.encode("Paris.", add_special_tokens=False))
+    assert cut.finish_reason == "length" and tokenizer.eos_token_id not in cut.token_ids

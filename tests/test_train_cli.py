@@ -160,3 +160,57 @@ def test_cli_sft_trains_resumes_and_plots(tmp_path: Path) -> None:
     res = runner.invoke(get_app(), ["plot", str(run)])
     assert res.exit_code == 0, res.output
     assert (run / "learning_curves.png").is_file()
+
+
+def test_eval_runs_a_trained_model_from_its_run_folder_with_every_lora_phase(tmp_path: Path) -> None:
+    """SFT (LoRA) then GRPO (LoRA, init_from the SFT run): ``--model RUN`` gets both phases, in order."""
+    import torch
+
+    from agents.cli_eval import load_policy
+    from agents.policies.hf import HFPolicy
+    from agents.trainers.common import CheckpointError, load_trained_policy, load_weights
+    from searchenv.corpus import write_corpus
+    from searchenv.tasks.base import write_qa_jsonl
+    from tests.conftest import DOCS, EXAMPLES
+    from tests.tiny_model import build_tiny_model
+
+    model, tok = build_tiny_model(seed=0)
+    model.save_pretrained(tmp_path / "model")
+    tok.save_pretrained(tmp_path / "model")
+    write_qa_jsonl(tmp_path / "qa.jsonl", EXAMPLES)
+    write_corpus(tmp_path / "corpus.jsonl", DOCS)
+    common = ["--set", f"model={tmp_path / 'model'}", "--set", f"task={tmp_path / 'qa.jsonl'}",
+              "--set", f"corpus={tmp_path / 'corpus.jsonl'}", "--set", "progress=false", "--set", "lora=true",
+              "--set", "lora_r=4", "--set", "max_new_tokens=8", "--set", "learning_rate=0.05"]
+    sft, grpo = tmp_path / "sft", tmp_path / "grpo"
+    res = runner.invoke(get_app(), ["train", "sft", *common, "--set", f"output_dir={sft}", "--set", "steps=2",
+                                    "--set", "num_demos=4", "--set", "batch_size=2"])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(get_app(), ["train", "grpo", *common, "--set", f"output_dir={grpo}", "--set", "steps=1",
+                                    "--set", "batch_size=2", "--set", "group_size=2", "--set", f"init_from={sft}"])
+    assert res.exit_code == 0, res.output
+
+    got = load_policy(str(grpo))
+    want = HFPolicy.from_pretrained(str(tmp_path / "model"))
+    load_weights(want, sft)
+    load_weights(want, grpo)
+    only_last = HFPolicy.from_pretrained(str(tmp_path / "model"))
+    load_weights(only_last, grpo)
+    name, param = next((n, p) for n, p in got.model.named_parameters() if "q_proj" in n)
+    assert torch.equal(param, dict(want.model.named_parameters())[name])
+    assert not torch.equal(param, dict(only_last.model.named_parameters())[name])  # the SFT phase counts
+    assert not got.model.training
+
+    res = runner.invoke(get_app(), ["eval", "--agent", "llm", "--model", str(grpo), "--task",
+                                    str(tmp_path / "qa.jsonl"), "--corpus", str(tmp_path / "corpus.jsonl"), "--n", "2",
+                                    "--max-new-tokens", "8"])
+    assert res.exit_code == 0, res.output
+    assert "llm" in res.output
+
+    (sft / "checkpoint.pt").unlink()
+    with pytest.raises(FileNotFoundError, match="not a training run folder"):
+        load_trained_policy(grpo)
+    with pytest.raises(CheckpointError):
+        (tmp_path / "bad").mkdir()
+        (tmp_path / "bad" / "checkpoint.pt").write_bytes(b"not a checkpoint")
+        load_trained_policy(tmp_path / "bad")

@@ -20,8 +20,9 @@ def load_policy(model: str | None) -> Any:
     """Load the language model for the LLM agents (offline).
 
     Args:
-        model: A packaged model name, a ``.gguf`` file or a transformers model folder; None for
-            the packaged SmolLM2-135M-Instruct.
+        model: A packaged model name, a ``.gguf`` file, a transformers model folder, or a
+            training run folder (``searchenv train``: its base model with the trained weights of
+            every phase); None for the packaged SmolLM2-135M-Instruct.
 
     Returns:
         An :class:`agents.policies.hf.HFPolicy`.
@@ -30,6 +31,10 @@ def load_policy(model: str | None) -> Any:
 
     if model is None:
         return HFPolicy.smollm2()
+    if (Path(model) / "checkpoint.pt").is_file():
+        from agents.trainers.common import load_trained_policy
+
+        return load_trained_policy(model)
     return HFPolicy.from_pretrained(model)
 
 
@@ -49,8 +54,8 @@ def eval_command(
     model: str | None = typer.Option(
         None,
         "--model",
-        help="Model for LLM agents: packaged name, .gguf file or model folder (default: SmolLM2-135M-Instruct). "
-        "With --model-url: the served model's tokenizer.",
+        help="Model for LLM agents: packaged name, .gguf file, model folder or training run folder (default: "
+        "SmolLM2-135M-Instruct). With --model-url: the served model's tokenizer.",
     ),
     model_url: str | None = typer.Option(
         None,
@@ -129,7 +134,7 @@ def eval_command(
             else:
                 err.print(f"loading model {model or 'SmolLM2-135M-Instruct (packaged)'} ...")
                 policy = load_policy(model)
-        except (ValueError, FileNotFoundError) as exc:
+        except (ValueError, FileNotFoundError) as exc:  # a CheckpointError is a ValueError
             err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
             raise typer.Exit(code=2) from None
 

@@ -250,6 +250,48 @@ def load_weights(policy: Any, run_dir: str | Path) -> None:
         raise CheckpointError(f"{path} does not fit the model {type(policy.model).__name__}: {exc}") from None
 
 
+def load_trained_policy(run_dir: str | Path) -> Any:
+    """The model a training run ended with, ready to generate: its base model with every phase's weights.
+
+    A run started with ``init_from`` is followed back to its first phase (an SFT run, say), so a
+    GRPO run trained as LoRA on top of LoRA SFT gets both sets of adapters, in training order.
+
+    Args:
+        run_dir: A run folder holding ``checkpoint.pt``.
+
+    Returns:
+        An :class:`agents.policies.hf.HFPolicy` in eval mode.
+
+    Raises:
+        FileNotFoundError: If a run of the chain has no checkpoint.
+        CheckpointError: If a checkpoint is damaged or unsafe, the chain loops, or its phases
+            were trained on different base models.
+    """
+    from agents.policies.hf import HFPolicy
+
+    chain: list[tuple[Path, Mapping[str, Any]]] = []
+    current: Path | None = Path(run_dir)
+    while current is not None:
+        if any(current.resolve() == seen.resolve() for seen, _ in chain):
+            raise CheckpointError(f"{run_dir}: init_from loops back to {current}")
+        ckpt = load_checkpoint(current)
+        if ckpt is None:
+            raise FileNotFoundError(f"{current / CHECKPOINT_NAME} does not exist: not a training run folder")
+        _require(ckpt, current / CHECKPOINT_NAME, ("model", "lora", "config"))
+        chain.append((current, ckpt["config"]))
+        parent = ckpt["config"].get("init_from")
+        current = Path(parent) if parent else None
+    chain.reverse()
+    models = {str(cfg.get("model")) for _, cfg in chain}
+    if len(models) != 1:
+        raise CheckpointError(f"{run_dir}: its phases were trained on different models ({', '.join(sorted(models))})")
+    policy = HFPolicy.from_pretrained(models.pop())
+    for folder, _ in chain:
+        load_weights(policy, folder)
+    policy.model.eval()
+    return policy
+
+
 def _load_weights(policy: Any, ckpt: Mapping[str, Any]) -> None:
     if not ckpt["lora"]:
         policy.model.load_state_dict(ckpt["model"])

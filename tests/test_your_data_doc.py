@@ -1,0 +1,73 @@
+"""docs/your-data.md runs as written: its ``bash`` blocks, in order, in a folder holding docs/examples/."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "your-data.md"
+PORTS = (8765, 8766)  # the doc's retrieval and model servers
+
+
+def _blocks() -> list[str]:
+    return re.findall(r"```bash\n(.*?)```", DOC.read_text(encoding="utf-8"), re.S)
+
+
+def test_the_doc_has_every_step() -> None:
+    script = "\n".join(_blocks())
+    for command in ("searchenv convert", "searchenv index", "searchenv eval-retrieval", "searchenv eval --agent",
+                    "searchenv serve", "transformers serve", "--model-url", "searchenv train sft", "--model my/sft"):
+        assert command in script, command
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+@pytest.mark.slow
+def test_your_data_walkthrough_runs_as_written(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    pytest.importorskip("openai")  # transformers serve needs it (the dev extra installs it)
+    if shutil.which("curl") is None:
+        pytest.skip("the doc waits for its servers with curl")
+    busy = [p for p in PORTS if not _port_free(p)]
+    if busy:
+        pytest.skip(f"port(s) {busy} in use; the doc's servers listen there")
+    shutil.copytree(ROOT / "docs" / "examples", tmp_path / "docs" / "examples")
+    script = tmp_path / "walkthrough.sh"
+    script.write_text("set -euo pipefail\n" + "\n".join(_blocks()), encoding="utf-8")
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    proc = subprocess.Popen(["bash", str(script)], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=900)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # any server the script left behind
+        except ProcessLookupError:
+            pass
+    assert proc.returncode == 0, out[-4000:]
+    my = tmp_path / "my"
+    qa = [json.loads(line) for line in (my / "qa.jsonl").read_text().splitlines()]
+    assert len(qa) == 8 and all(q["metadata"]["evidence_ids"] for q in qa)
+    rows = {r["agent"]: r for r in json.loads((my / "eval" / "results.json").read_text())["rows"]}
+    assert rows["oracle"]["em"] == 0.875 and rows["heuristic"]["em"] == 0.25  # the numbers the doc quotes
+    [chat] = json.loads((my / "eval-chat" / "results.json").read_text())["rows"]
+    assert chat["config"]["model_usage"]["requests"] == 8
+    assert (my / "sft" / "checkpoint.pt").is_file()
+    assert "8 requests" in out and "loading model my/sft" in out

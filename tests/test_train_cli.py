@@ -131,8 +131,8 @@ def test_plot_without_metrics_fails_cleanly(tmp_path: Path) -> None:
     assert res.exit_code == 2
 
 
-def test_cli_sft_trains_resumes_and_plots(tmp_path: Path) -> None:
-    """End to end through the command line with a tiny model saved to a folder."""
+def _tiny_run_inputs(tmp_path: Path) -> None:
+    """A tiny model folder (``model``), ``qa.jsonl`` and ``corpus.jsonl`` of the test world under ``tmp_path``."""
     from searchenv.corpus import write_corpus
     from searchenv.tasks.base import write_qa_jsonl
     from tests.conftest import DOCS, EXAMPLES
@@ -143,6 +143,11 @@ def test_cli_sft_trains_resumes_and_plots(tmp_path: Path) -> None:
     tok.save_pretrained(tmp_path / "model")
     write_qa_jsonl(tmp_path / "qa.jsonl", EXAMPLES)
     write_corpus(tmp_path / "corpus.jsonl", DOCS)
+
+
+def test_cli_sft_trains_resumes_and_plots(tmp_path: Path) -> None:
+    """End to end through the command line with a tiny model saved to a folder."""
+    _tiny_run_inputs(tmp_path)
     cfg = tmp_path / "sft.toml"
     run = tmp_path / "run"
     cfg.write_text(
@@ -169,16 +174,7 @@ def test_eval_runs_a_trained_model_from_its_run_folder_with_every_lora_phase(tmp
     from agents.cli_eval import load_policy
     from agents.policies.hf import HFPolicy
     from agents.trainers.common import CheckpointError, load_trained_policy, load_weights
-    from searchenv.corpus import write_corpus
-    from searchenv.tasks.base import write_qa_jsonl
-    from tests.conftest import DOCS, EXAMPLES
-    from tests.tiny_model import build_tiny_model
-
-    model, tok = build_tiny_model(seed=0)
-    model.save_pretrained(tmp_path / "model")
-    tok.save_pretrained(tmp_path / "model")
-    write_qa_jsonl(tmp_path / "qa.jsonl", EXAMPLES)
-    write_corpus(tmp_path / "corpus.jsonl", DOCS)
+    _tiny_run_inputs(tmp_path)
     common = ["--set", f"model={tmp_path / 'model'}", "--set", f"task={tmp_path / 'qa.jsonl'}",
               "--set", f"corpus={tmp_path / 'corpus.jsonl'}", "--set", "progress=false", "--set", "lora=true",
               "--set", "lora_r=4", "--set", "max_new_tokens=8", "--set", "learning_rate=0.05"]

@@ -253,7 +253,7 @@ def test_rag_agent_on_a_chat_policy_sends_the_transcript_as_messages(scripted: S
 def test_an_end_of_sequence_finish_ends_the_ids_with_eos_as_in_process(scripted: Scripted, tokenizer: Any) -> None:
     url, handler = scripted
     handler.script = [(200, _completion("Paris.", tokens=3)), (200, _completion("Par", finish="length", tokens=1))]
-    policy = OpenAICompletionsPolicy(url, tokenizer=tokenizer, model="m", prompt_format="text")
+    policy = OpenAICompletionsPolicy(url, tokenizer=tokenizer, model="m", prompt_format="text", max_concurrency=1)
     eos, cut = policy.generate(["q1", "q2"], stop=STOPS, max_new_tokens=3)
     assert eos.finish_reason == "eos" and eos.token_ids[-1] == tokenizer.eos_token_id
     assert eos.token_ids[:-1] == tuple(tokenizer.encode("Paris.", add_special_tokens=False))

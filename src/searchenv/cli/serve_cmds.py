@@ -107,6 +107,10 @@ def serve(
     ] = 10.0,
     keep_alive_timeout: Annotated[int, typer.Option(help="Seconds an idle connection stays open.", min=1)] = 5,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+    msgpack: Annotated[bool, typer.Option(
+        "--msgpack", help="Also read request bodies sent without a Content-Type as msgpack (GEM's search client "
+        "sends them so). Bodies declared application/msgpack are always read."
+    )] = False,
 ) -> None:
     """Serve one or more indexes over HTTP (Search-R1 and single-query dialects)."""
     import uvicorn
@@ -149,6 +153,7 @@ def serve(
             micro_batch=micro_batch,
             info={"indexes": [str(p) for p in index]},
             allowed_hosts=[*DEFAULT_ALLOWED_HOSTS, *([] if _is_ip(host) else [host]), *(allowed_host or [])],
+            accept_untyped_msgpack=msgpack,
         )
         connections = ConnectionLimits(max_connections, request_timeout, keep_alive_timeout)
     except ValueError as exc:

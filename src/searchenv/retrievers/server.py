@@ -7,9 +7,17 @@ Routes:
   with ``return_scores`` false (Search-R1's default) the inner items are the bare documents
   ``{"id", "contents"}``. ``contents`` is ``title\ntext``; ``topk`` missing or 0 means
   the server's ``default_topk``, as in Search-R1.
-* ``POST /retrieve`` with ``{"query": "...", "top_k": 3}`` (``topk`` and ``k`` are accepted too)
-  answers in the single-query (rLLM) shape
-  ``{"query", "results": [{"id", "title", "text", "content", "score"}], "num_results"}``.
+* ``POST /retrieve`` with one ``"query"`` (``top_k``, ``topk`` or ``k`` for the cut-off) answers
+  what every single-query client reads: rLLM's shape
+  ``{"query", "results": [{"id", "title", "text", "content", "score"}], "num_results"}`` and, in
+  the same body, Search-R1's ``"result": [[{"document", "score"}]]`` for the one query, which is
+  what SkyRL-gym's search tool (0.4: ``{"query", "topk", "return_scores"}``) parses.
+* msgpack bodies (GEM's search tool encodes its request with msgpack) are answered in msgpack:
+  ``queries`` in Search-R1's shape, one ``query`` as GEM's client reads it, ``{"result":
+  [{"document", "score"}, ...]}`` (one flat list). A body declared ``application/msgpack`` (or
+  ``application/x-msgpack``) is always accepted; GEM's client declares no type at all, which is
+  accepted only with ``accept_untyped_msgpack`` (``searchenv serve --msgpack``), because a web
+  page can send an untyped body cross-site without a CORS preflight.
 * ``GET /health``: index kind, number of documents, corpus fingerprint, limits and batching counters.
 
 Run the app with :func:`uvicorn_config` (``searchenv serve`` does): it adds connection limits
@@ -49,7 +57,7 @@ from typing import Any
 import h11
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, StrictStr, ValidationError
 from starlette.requests import ClientDisconnect
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -244,13 +252,43 @@ class SearchR1Request(BaseModel):
 
 
 class SingleQueryRequest(BaseModel):
-    """Body of a single-query ``/retrieve`` request (``top_k``, ``topk`` or ``k`` name the cut-off)."""
+    """Body of a single-query ``/retrieve`` request (``top_k``, ``topk`` or ``k`` name the cut-off).
+
+    ``return_scores`` shapes the Search-R1 ``result`` part of the answer (default: with scores, as
+    SkyRL-gym's and GEM's clients read it).
+    """
 
     model_config = ConfigDict(extra="ignore")
     query: StrictStr
     top_k: StrictInt | None = None
     topk: StrictInt | None = None
     k: StrictInt | None = None
+    return_scores: StrictBool = True
+
+
+#: Content types read as msgpack.
+MSGPACK_TYPES = frozenset({"application/msgpack", "application/x-msgpack", "application/vnd.msgpack"})
+
+
+def _msgpack_loads(body: bytes) -> Any:
+    """Decode a msgpack body; hostile input (too deep, truncated, trailing bytes) is a 400."""
+    try:
+        import msgspec
+    except ImportError:  # pragma: no cover - msgspec comes with the serve extra
+        raise _ApiError(415, "this server cannot read msgpack (install msgspec)") from None
+    try:
+        return msgspec.msgpack.decode(body)
+    except (msgspec.DecodeError, RecursionError, ValueError) as exc:
+        raise _ApiError(400, f"malformed msgpack body: {str(exc)[:200]}") from None
+
+
+def _answer(payload: dict[str, Any], msgpack: bool) -> Response:
+    """``payload`` as JSON, or as msgpack when the request came as msgpack."""
+    if not msgpack:
+        return JSONResponse(payload)
+    import msgspec
+
+    return Response(msgspec.msgpack.encode(payload), media_type="application/msgpack")
 
 
 class _ApiError(Exception):
@@ -320,6 +358,7 @@ def create_app(
     workers: int = 1,
     info: dict[str, Any] | None = None,
     allowed_hosts: Sequence[str] = DEFAULT_ALLOWED_HOSTS,
+    accept_untyped_msgpack: bool = False,
 ) -> FastAPI:
     """Build the retrieval service around ``retriever`` (see the module docstring).
 
@@ -334,6 +373,8 @@ def create_app(
         workers: Search threads (more than one only for thread-safe retrievers).
         info: Extra fields for ``GET /health`` (e.g. the index folders), shown only with a token.
         allowed_hosts: Names accepted in the ``Host`` header besides IP addresses (``"*"``: any).
+        accept_untyped_msgpack: Read a body without a ``Content-Type`` as msgpack (GEM's search
+            client sends one); off by default, since a web page can send such a body cross-site.
 
     Returns:
         The FastAPI application (run it with uvicorn; :func:`uvicorn_config` sets its limits).
@@ -384,10 +425,15 @@ def create_app(
             raise _ApiError(401, "missing or wrong bearer token (send 'Authorization: Bearer <token>')",
                             {"WWW-Authenticate": "Bearer"})
 
-    async def read_json(request: Request) -> Any:
+    async def read_body(request: Request) -> tuple[Any, bool]:
+        """The decoded body and whether it came as msgpack."""
         media_type = request.headers.get("content-type", "").partition(";")[0].strip().lower()
-        if media_type != "application/json":
-            raise _ApiError(415, f"Content-Type must be application/json, got {media_type[:100] or 'none'!r}")
+        msgpack = media_type in MSGPACK_TYPES or (media_type == "" and accept_untyped_msgpack)
+        if media_type != "application/json" and not msgpack:
+            hint = " (an untyped msgpack body, as GEM's client sends, needs searchenv serve --msgpack)" \
+                if media_type == "" else ""
+            raise _ApiError(415, f"Content-Type must be application/json or application/msgpack, got "
+                                 f"{media_type[:100] or 'none'!r}{hint}")
         declared = request.headers.get("content-length")
         if declared is not None:
             try:
@@ -407,8 +453,10 @@ def create_app(
                 chunks.append(chunk)
         except ClientDisconnect:  # e.g. closed by the request timeout; nobody reads the answer
             raise _ApiError(400, "client disconnected before sending the whole body") from None
+        if msgpack:
+            return _msgpack_loads(b"".join(chunks)), True
         try:
-            return loads(b"".join(chunks), "malformed JSON body", max_depth=DEFAULT_MAX_DEPTH)
+            return loads(b"".join(chunks), "malformed JSON body", max_depth=DEFAULT_MAX_DEPTH), False
         except JSONInputError as exc:
             raise _ApiError(400, str(exc)) from None
 
@@ -437,9 +485,9 @@ def create_app(
             raise _ApiError(503, "retrieval failed; the server log has the details") from None
 
     @app.post("/retrieve")
-    async def retrieve(request: Request) -> JSONResponse:
+    async def retrieve(request: Request) -> Response:
         authorize(request)
-        payload = await read_json(request)
+        payload, msgpack = await read_body(request)
         if not isinstance(payload, dict):
             raise _ApiError(422, f"request body must be a JSON object, got {type(payload).__name__}")
         try:
@@ -448,16 +496,20 @@ def create_app(
                 check_queries(r1.queries)
                 k = check_topk(r1.topk, "topk")
                 hits = await run_search(r1.queries, k)
-                return JSONResponse(search_r1_result(hits, r1.return_scores))
+                return _answer(search_r1_result(hits, r1.return_scores), msgpack)
             if "query" in payload:
                 sq = SingleQueryRequest.model_validate(payload)
                 check_queries([sq.query])
                 given = next((v for v in (sq.top_k, sq.topk, sq.k) if v is not None), None)
                 k = check_topk(given, "top_k")
                 single = (await run_search([sq.query], k))[0]
+                [r1_row] = search_r1_result([single], sq.return_scores)["result"]
+                if msgpack:  # GEM's client: one flat list under "result"
+                    return _answer({"result": r1_row}, True)
                 results = [{"id": h.doc_id, "title": h.title, "text": h.text, "content": _contents(h),
                             "score": h.score} for h in single]
-                return JSONResponse({"query": sq.query, "results": results, "num_results": len(results)})
+                return JSONResponse({"query": sq.query, "results": results, "num_results": len(results),
+                                     "result": [r1_row]})
         except ValidationError as exc:
             raise _ApiError(422, _validation_message(exc)) from None
         raise _ApiError(422, "request body needs 'queries' (Search-R1 dialect: {\"queries\": [...], \"topk\": 3, "

@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 import math
 import warnings
+from pathlib import Path
 
 import gymnasium as gym
 import pytest
@@ -290,3 +291,20 @@ def test_any_text_gives_a_valid_step(make_env, turns: list[str]) -> None:
         assert math.isclose(sum(info["reward_terms"].values()), float(r), abs_tol=1e-9)
         if term or trunc:
             break
+
+
+def test_envs_over_one_index_folder_share_it_until_it_is_rebuilt(tmp_path: Path) -> None:
+    import time
+
+    from searchenv.env import SearchQAEnv
+    from searchenv.retrievers.bm25 import BM25Retriever
+    from tests.conftest import DOCS, EXAMPLES
+
+    folder = tmp_path / "idx"
+    BM25Retriever.build(DOCS, folder)
+    a, b = SearchQAEnv(EXAMPLES, retriever=str(folder)), SearchQAEnv(EXAMPLES, retriever=folder)
+    assert a.retriever is b.retriever  # opened once per process
+    time.sleep(0.01)
+    BM25Retriever.build(DOCS[:3], folder)  # a rebuild commits a new metadata file
+    c = SearchQAEnv(EXAMPLES, retriever=str(folder))
+    assert c.retriever is not a.retriever and len(c.retriever) == 3  # type: ignore[arg-type]

@@ -502,6 +502,30 @@ class SearchQAEnv(gym.Env[str, str]):
         return None
 
 
+def episode_metrics(final_info: Mapping[str, Any]) -> dict[str, float]:
+    """An episode's numbers, flat, for an engine's metric logger (SkyRL, verl, TRL all take these).
+
+    Args:
+        final_info: The ``info`` of the step that ended the episode (or of :meth:`SearchQAEnv.end_episode`).
+
+    Returns:
+        ``em``, ``f1``, ``contains``, ``searches``, ``queries``, ``duplicate_queries``, ``turns``,
+        ``invalid_turns``, ``infra_errors``, ``answered`` and ``answer_admissible`` (0/1),
+        ``return``, ``evidence_recall`` (only when the example has gold evidence) and
+        ``reward/<term>`` per reward term: every value a float.
+
+    Raises:
+        KeyError: If ``final_info`` is not a final info (it has no ``episode``).
+    """
+    ep = final_info["episode"]
+    out = {key: float(ep[key]) for key in ("em", "f1", "contains", "searches", "queries", "duplicate_queries", "turns",
+                                           "invalid_turns", "infra_errors", "answered", "answer_admissible", "return")}
+    if ep["evidence_recall"] is not None:
+        out["evidence_recall"] = float(ep["evidence_recall"])
+    out.update({f"reward/{term}": float(value) for term, value in ep["reward_totals"].items()})
+    return out
+
+
 def search_or_error(retriever: Retriever, queries: Sequence[str], k: int) -> list[list[Hit]] | Exception:
     """Search ``queries`` in one ``search_batch`` call; a failure is returned, never raised.
 
@@ -605,7 +629,17 @@ def _resolve_retriever(retriever: str | os.PathLike[str] | Retriever, corpus_pat
             _SHARED[key_url] = remote_from_url(str(retriever))
         return _SHARED[key_url]
     if Path(retriever).is_dir():
-        return open_index(retriever, corpus=corpus_path)
+        from searchenv.retrievers.index_meta import META_FILE
+
+        folder = Path(retriever).resolve()
+        meta = folder / META_FILE
+        stamp = meta.stat().st_mtime_ns if meta.is_file() else None  # a rebuild renames a new one in
+        key_dir = ("folder", str(folder), stamp, str(corpus_path.resolve()) if corpus_path else None)
+        if stamp is None:  # not an index: let open_index say what is wrong
+            return open_index(retriever, corpus=corpus_path)
+        if key_dir not in _SHARED:  # engines that build one env per trajectory open the index once
+            _SHARED[key_dir] = open_index(retriever, corpus=corpus_path)
+        return _SHARED[key_dir]
     if not isinstance(retriever, str) or retriever not in index_kinds():
         raise ValueError(
             f"retriever {retriever!r} is neither a known kind "

@@ -1,0 +1,169 @@
+"""SearchQA-v0 as a SkyRL-gym environment (``skyrl_gym.envs.base_text_env.BaseTextEnv``).
+
+SkyRL's generator builds one environment per trajectory with ``skyrl_gym.make(env_class,
+env_config=..., extras=<the dataset row>)``, calls ``init(prompt)``, then ``step(model_text)``
+until ``done``. :class:`SearchQASkyRLEnv` runs a :class:`~searchenv.env.SearchQAEnv` underneath,
+so the protocol, the reward terms and the answer parsing (from the model's own last turn only,
+not from the chat that holds retrieved documents) are this package's::
+
+    from searchenv.integrations.skyrl import register
+
+    register()  # as "searchqa", in the trainer's entry point (Ray workers import it too)
+    env = skyrl_gym.make("searchqa", env_config={"retriever": "runs/idx", "reward": "r3-rag"},
+                         extras={"question": "...", "answers": ["..."], "evidence_ids": ["d3"]})
+
+``env_config`` (SkyRL's ``environment.skyrl_gym.searchqa`` block; a dict or an OmegaConf config):
+``retriever`` (index folder, server URL, or ``bm25``/``dense`` with ``corpus``), ``corpus``,
+``protocol`` (``search-r1``), ``reward`` (a preset name or ``{term: weight}``), ``top_k`` (3),
+``max_turns`` (4), ``max_doc_chars`` (1500). The index is opened once per process and shared by
+every environment over it (SkyRL builds thousands).
+
+``extras`` (the dataset row): the question as ``question`` (or ``extra_info.question``), gold
+answers as ``answers`` or Search-R1/SkyRL's ``reward_spec.ground_truth.target``, and optionally
+``evidence_ids`` (for evidence recall and relevance rewards) and ``id``. ``max_turns`` in the row
+overrides the config's.
+
+``init`` returns the protocol's own system and user messages for the question (the instructions
+must match what the environment parses); each ``step`` returns the environment's reply as a
+``user`` message, the step's shaped reward, ``done`` when the agent answered or ran out of turns,
+and ``metadata`` with the action type, reward terms and, at the end, EM and the episode summary.
+:meth:`~SearchQASkyRLEnv.get_metrics` gives :func:`searchenv.env.episode_metrics`, which SkyRL
+averages over episodes. Needs ``skyrl-gym`` (``pip install 'searchenv[skyrl]'``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
+
+from searchenv.env import SearchQAEnv, episode_metrics
+from searchenv.tasks.base import QAExample
+
+#: The name :func:`register` registers by default.
+ENV_ID = "searchqa"
+_CONFIG_KEYS = frozenset({"retriever", "corpus", "protocol", "reward", "top_k", "max_turns", "max_doc_chars"})
+_lock = threading.Lock()
+
+
+def _plain(config: Any) -> dict[str, Any]:
+    """An OmegaConf config or a mapping as a plain dict."""
+    if config is None:
+        return {}
+    try:
+        from omegaconf import DictConfig, OmegaConf
+
+        if isinstance(config, DictConfig):
+            return dict(OmegaConf.to_container(config, resolve=True))  # type: ignore[arg-type]
+    except ImportError:  # pragma: no cover - omegaconf comes with skyrl-gym
+        pass
+    if not isinstance(config, Mapping):
+        raise TypeError(f"env_config must be a mapping, got {type(config).__name__}")
+    return dict(config)
+
+
+def example_from_row(extras: Mapping[str, Any]) -> QAExample:
+    """The question of a SkyRL dataset row (see the module docstring for the fields read).
+
+    Raises:
+        ValueError: If the row has no question or no gold answers (the message names the fields).
+    """
+    raw_info = extras.get("extra_info")
+    info: Mapping[str, Any] = raw_info if isinstance(raw_info, Mapping) else {}
+    question = extras.get("question", info.get("question"))
+    answers = extras.get("answers", info.get("answers"))
+    if answers is None:
+        spec = extras.get("reward_spec")
+        truth = spec.get("ground_truth") if isinstance(spec, Mapping) else None
+        answers = truth.get("target") if isinstance(truth, Mapping) else truth
+    if isinstance(answers, str):
+        answers = [answers]
+    if not isinstance(question, str) or not question.strip():
+        raise ValueError("dataset row has no question: give 'question' (or extra_info.question)")
+    if not answers:
+        raise ValueError("dataset row has no gold answers: give 'answers' or reward_spec.ground_truth.target")
+    evidence = extras.get("evidence_ids", info.get("evidence_ids", ()))
+    return QAExample(
+        id=str(extras.get("id", info.get("id", info.get("index", "row")))),
+        question=question,
+        answers=tuple(str(a) for a in answers),
+        evidence_ids=(evidence,) if isinstance(evidence, str) else tuple(str(e) for e in evidence or ()),
+    )
+
+
+class SearchQASkyRLEnv(BaseTextEnv):
+    """One SearchQA-v0 episode behind SkyRL-gym's ``BaseTextEnv`` (see the module docstring).
+
+    Args:
+        env_config: Environment settings (``retriever``, ``corpus``, ``protocol``, ``reward``,
+            ``top_k``, ``max_turns``, ``max_doc_chars``).
+        extras: The dataset row: question, gold answers, optional evidence ids.
+
+    Raises:
+        ValueError: On an unknown setting, a row without question or answers, or a retriever
+            that cannot be opened.
+    """
+
+    def __init__(self, env_config: Any = None, extras: Mapping[str, Any] | None = None) -> None:
+        super().__init__()
+        config = _plain(env_config)
+        unknown = set(config) - _CONFIG_KEYS
+        if unknown:
+            raise ValueError(f"unknown env_config key(s) {sorted(unknown)}; known: {sorted(_CONFIG_KEYS)}")
+        row = dict(extras or {})
+        self.example = example_from_row(row)
+        if "max_turns" in row:
+            config["max_turns"] = int(row["max_turns"])
+        with _lock:  # one index per process: SearchQAEnv shares it, built once under this lock
+            self.env = SearchQAEnv([self.example], retriever=config.pop("retriever", "bm25"), **config)
+        self.max_turns = self.env.max_turns
+        self.final_info: dict[str, Any] | None = None
+
+    def init(self, prompt: Any = None) -> tuple[list[dict[str, str]], dict[str, Any]]:
+        """Start the episode; the protocol's system and user messages for the question.
+
+        Args:
+            prompt: The dataset's prompt (replaced: the instructions must match the protocol).
+
+        Returns:
+            The messages and ``{"example_id": ...}``.
+        """
+        _, info = self.env.reset(options={"index": 0})
+        self.turns = 0
+        self.final_info = None
+        return self.env.messages(), {"example_id": info["example_id"]}
+
+    def step(self, action: str) -> BaseTextEnvStepOutput:
+        """One model turn: the environment's reply, the shaped reward, done, and what happened."""
+        self.turns += 1
+        _, reward, terminated, truncated, info = self.env.step(action)
+        done = bool(terminated or truncated)
+        metadata: dict[str, Any] = {
+            "action_type": info["action_type"],
+            "invalid_reason": info["invalid_reason"],
+            "queries": list(info["queries"]),
+            "doc_ids": list(info["doc_ids"]),
+            "reward_terms": dict(info["reward_terms"]),
+            "infra_error": info["infra_error"],
+        }
+        if done:
+            self.final_info = info
+            metadata.update(answer=info["answer"], em=info["em"], f1=info["f1"], episode=info["episode"])
+        observations = [] if done or not info["new_text"] else [{"role": "user", "content": info["new_text"]}]
+        return BaseTextEnvStepOutput(observations=observations, reward=float(reward), done=done, metadata=metadata,
+                                     postprocessed_action=None)
+
+    def get_metrics(self) -> dict[str, Any]:
+        """:func:`searchenv.env.episode_metrics` of the finished episode (empty before it ends)."""
+        return episode_metrics(self.final_info) if self.final_info is not None else {}
+
+
+def register(env_id: str = ENV_ID) -> None:
+    """Register :class:`SearchQASkyRLEnv` with ``skyrl_gym`` under ``env_id`` (again is a no-op)."""
+    import skyrl_gym
+
+    if env_id in skyrl_gym.registry:
+        return
+    skyrl_gym.register(id=env_id, entry_point="searchenv.integrations.skyrl:SearchQASkyRLEnv")

@@ -1,0 +1,104 @@
+"""SearchQA-v0 through ``skyrl_gym.make`` (the real skyrl-gym package)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+skyrl_gym = pytest.importorskip("skyrl_gym")
+
+from searchenv.env import SearchQAEnv  # noqa: E402
+from searchenv.integrations.skyrl import SearchQASkyRLEnv, example_from_row, register  # noqa: E402
+from searchenv.retrievers.bm25 import BM25Retriever  # noqa: E402
+from searchenv.tasks.base import QAExample  # noqa: E402
+
+from .conftest import DOCS, EXAMPLES  # noqa: E402
+
+TURNS = ["<think> find Tobin </think> <search> Where was Tobin Quenn born? </search>",
+         "<search> Karsk country </search>", "<answer> Vuldoria </answer>"]
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("skyrl") / "idx"
+    BM25Retriever.build(DOCS, folder)
+    return folder
+
+
+def _row(ex: Any) -> dict[str, Any]:
+    return {"question": ex.question, "answers": list(ex.answers), "evidence_ids": list(ex.evidence_ids), "id": ex.id}
+
+
+def test_episode_through_skyrl_gym_make_matches_searchqa_env(index: Path) -> None:
+    register()
+    register()  # again: a no-op
+    ex = QAExample("t2", "In which country was Tobin Quenn born?", ("Vuldoria",), ("d3", "d4"), type="bridge", hops=2)
+    config = {"retriever": str(index), "reward": "default", "top_k": 2}
+    env = skyrl_gym.make("searchqa", env_config=config, extras=_row(ex))
+    assert isinstance(env, SearchQASkyRLEnv)
+    messages, meta = env.init([{"role": "user", "content": "ignored: the protocol's prompt is used"}])
+    assert [m["role"] for m in messages] == ["system", "user"] and ex.question in messages[1]["content"]
+    assert meta == {"example_id": ex.id}
+
+    plain = SearchQAEnv([ex], retriever=str(index), reward="default", top_k=2)
+    plain.reset(options={"index": 0})
+    outputs = []
+    for turn in TURNS:
+        out = env.step(turn)
+        _, reward, terminated, truncated, info = plain.step(turn)
+        outputs.append(out)
+        assert out["reward"] == pytest.approx(float(reward))
+        assert out["done"] == (terminated or truncated)
+        assert out["metadata"]["reward_terms"] == info["reward_terms"]
+        if not out["done"]:
+            [obs] = out["observations"]
+            assert obs == {"role": "user", "content": info["new_text"]} and "<information>" in obs["content"]
+    assert [o["metadata"]["action_type"] for o in outputs] == ["search", "search", "answer"]
+    final = outputs[-1]
+    assert final["done"] and final["observations"] == [] and final["metadata"]["em"] == 1.0
+    metrics = env.get_metrics()
+    assert metrics["em"] == 1.0 and metrics["searches"] == 2.0 and metrics["turns"] == 3.0
+    assert metrics["evidence_recall"] == 1.0 and "reward/outcome" in metrics
+    assert all(isinstance(v, float) for v in metrics.values())
+    assert SearchQASkyRLEnv.aggregate_metrics([metrics, {**metrics, "em": 0.0}])["em"] == 0.5
+
+
+def test_the_index_is_opened_once_per_process(index: Path) -> None:
+    a, b = (SearchQASkyRLEnv({"retriever": str(index)}, _row(ex)) for ex in EXAMPLES[:2])
+    assert a.env.retriever is b.env.retriever
+
+
+def test_search_r1_style_rows_and_turn_budget(index: Path) -> None:
+    row = {"extra_info": {"question": "Where was Tobin Quenn born?", "index": 7},
+           "reward_spec": {"method": "rule", "ground_truth": {"target": ["Karsk"]}}, "max_turns": 1}
+    assert example_from_row(row).answers == ("Karsk",) and example_from_row(row).id == "7"
+    env = SearchQASkyRLEnv({"retriever": str(index)}, row)
+    env.init()
+    out = env.step("<search> Tobin Quenn </search>")  # the row's budget of one turn ends it unanswered
+    assert out["done"] and out["metadata"]["answer"] is None and env.get_metrics()["answered"] == 0.0
+
+
+def test_an_answer_is_read_from_the_agents_turn_only(index: Path) -> None:
+    # SkyRL's own search env scores the whole chat, retrieved documents included; this one does not
+    env = SearchQASkyRLEnv({"retriever": str(index)}, {"question": "Where was Tobin Quenn born?",
+                                                       "answers": ["Karsk"]})
+    env.init()
+    env.step("<search> Tobin Quenn born </search>")  # the documents name Karsk
+    out = env.step("<answer> I could not tell </answer>")
+    assert out["metadata"]["em"] == 0.0
+
+
+@pytest.mark.parametrize(
+    ("config", "row", "match"),
+    [
+        ({"retriever": "x", "top_kk": 3}, {"question": "q", "answers": ["a"]}, "unknown env_config key"),
+        ({}, {"answers": ["a"]}, "no question"),
+        ({}, {"question": "q"}, "no gold answers"),
+        ({"retriever": "not-an-index"}, {"question": "q", "answers": ["a"]}, "neither a known kind"),
+    ],
+)
+def test_bad_configs_and_rows_say_what_is_wrong(config: dict[str, Any], row: dict[str, Any], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        SearchQASkyRLEnv(config, row)

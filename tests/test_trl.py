@@ -1,0 +1,165 @@
+"""The TRL adapter: rollout output layout, and GRPOTrainer (the real trl package) training through it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("trl")
+pytest.importorskip("datasets")
+
+from agents.integrations.trl import SearchQARollout, reward_functions, searchenv_return  # noqa: E402
+from searchenv.env import SearchQAEnv  # noqa: E402
+from searchenv.retrievers.bm25 import BM25Retriever  # noqa: E402
+from searchenv.rewards import StepContext  # noqa: E402
+
+from .conftest import DOCS, EXAMPLES  # noqa: E402
+from .test_rollout import ScriptPolicy  # noqa: E402
+from .tiny_model import build_tiny_model, tiny_policy  # noqa: E402
+
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+
+@pytest.fixture(scope="module")
+def bm25(tmp_path_factory: pytest.TempPathFactory) -> BM25Retriever:
+    return BM25Retriever.build(DOCS, tmp_path_factory.mktemp("trl") / "idx")
+
+
+def test_rollout_output_is_token_exact_with_environment_tokens_masked(bm25: BM25Retriever) -> None:
+    tiny = tiny_policy(seed=0)
+    script = ScriptPolicy(tiny)
+    rollout = SearchQARollout(list(EXAMPLES), retriever=bm25, max_turns=4)
+    q0, q1 = EXAMPLES[0].question, EXAMPLES[1].question
+    prompts = [q0, q0, [{"role": "user", "content": q1}], [{"role": "user", "content": q1}]]  # two GRPO groups
+    eos = tiny.tokenizer.eos_token_id
+    out = rollout.run(prompts, script, seed=3, eos_token_id=eos)
+    assert {len(v) for v in out.values()} == {4}
+    for i, ex in enumerate([EXAMPLES[0]] * 2 + [EXAMPLES[1]] * 2):
+        env = SearchQAEnv([ex], retriever=bm25, max_turns=4)
+        env.reset(options={"index": 0})
+        assert out["prompt_ids"][i] == tiny.chat_prompt_ids(env.messages()[:2])
+        ids, mask = out["completion_ids"][i], out["env_mask"][i]
+        assert len(ids) == len(mask) == len(out["logprobs"][i])
+        assert ids[-1] == eos and mask[-1] == 0  # answered: EOS appended, not trained on
+        # the policy's tokens are the turns as generated; the rest is the environment's replies
+        policy_text = tiny.decode([t for t, m in zip(ids, mask, strict=True) if m == 1])
+        env_ids = [t for t, m in zip(ids[:-1], mask[:-1], strict=True) if m == 0]
+        turns, replies, total = [], [], 0.0
+        context = tiny.decode(out["prompt_ids"][i])
+        for _ in range(3):
+            [gen] = script.generate([tiny.encode(context)])
+            turns.append(gen.text)
+            _, reward, done, _, info = env.step(gen.text)
+            total += float(reward)
+            replies.append(info["new_text"])
+            context += gen.text + info["new_text"]
+            if done:
+                break
+        assert policy_text == "".join(turns)
+        assert env_ids == [t for r in replies for t in tiny.encode(r)]
+        assert out["searchenv_return"][i] == pytest.approx(total)
+        assert out["searchenv_metrics"][i]["searches"] == 2.0 and "reward/outcome" in out["searchenv_metrics"][i]
+        assert all(lp == 0.0 for lp, m in zip(out["logprobs"][i], mask, strict=True) if m == 0)
+
+
+def test_prompts_must_be_questions_of_the_task(bm25: BM25Retriever) -> None:
+    rollout = SearchQARollout(list(EXAMPLES), retriever=bm25)
+    assert rollout.dataset(2) == [{"prompt": EXAMPLES[0].question, "example_id": EXAMPLES[0].id},
+                                  {"prompt": EXAMPLES[1].question, "example_id": EXAMPLES[1].id}]
+    with pytest.raises(ValueError, match=r"prompt 1: 'What is 2\+2\?' is not a question of this task"):
+        rollout.run([EXAMPLES[0].question, "What is 2+2?"], tiny_policy(seed=0))
+    with pytest.raises(ValueError, match="prompt 0: expected the question"):
+        rollout.example([{"role": "system", "content": "x"}])
+
+
+class _Failing:
+    def search_batch(self, queries: list[str], k: int) -> list[list[Any]]:
+        raise OSError("index went away")
+
+
+def test_an_episode_the_retriever_failed_in_trains_nothing() -> None:
+    tiny = tiny_policy(seed=0)
+    out = SearchQARollout(list(EXAMPLES), retriever=_Failing(), max_turns=2).run([EXAMPLES[0].question],
+                                                                                 ScriptPolicy(tiny))
+    assert out["searchenv_metrics"][0]["infra_errors"] >= 1 and sum(out["env_mask"][0]) == 0
+
+
+def _toy(ctx: StepContext) -> tuple[float, dict[str, float]]:
+    """A reward a tiny random model can learn in a few steps: more letters 'e' in its turns."""
+    value = ctx.text.count("e") / 10.0
+    return value, {"toy": value}
+
+
+class _Recording(SearchQARollout):
+    """Keeps what each call returned, to compare with what TRL logged."""
+
+    calls: list[dict[str, list[Any]]]
+
+    def __call__(self, prompts: Any, trainer: Any) -> dict[str, list[Any]]:
+        out = super().__call__(prompts, trainer)
+        self.calls.append(out)
+        return out
+
+
+def _trainer(tmp_path: Path, rollout: SearchQARollout, steps: int, **config: Any) -> Any:
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    model, tokenizer = build_tiny_model(seed=0)
+    funcs, weights = reward_functions()
+    args = GRPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=16, num_generations=4,
+                      max_steps=steps, logging_steps=1, report_to="none", use_cpu=True, bf16=False,
+                      save_strategy="no", beta=0.0, reward_weights=weights, seed=0, **config)
+    return GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=funcs, args=args,
+                       train_dataset=Dataset.from_list(rollout.dataset() * 8), rollout_func=rollout)
+
+
+def test_grpo_trainer_learns_a_toy_reward_with_searchenv_owning_it(tmp_path: Path, bm25: BM25Retriever) -> None:
+    rollout = _Recording(list(EXAMPLES), retriever=bm25, reward=_toy, max_turns=2, max_new_tokens=12)
+    rollout.calls = []
+    trainer = _trainer(tmp_path, rollout, steps=12, learning_rate=2e-2, lr_scheduler_type="constant")
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "reward" in h]
+    assert len(logs) == 12 == len(rollout.calls)
+    for log, out in zip(logs, rollout.calls, strict=True):
+        # what TRL logs is searchenv's return, and TRL counted only the policy's tokens
+        assert log["rewards/searchenv_return/mean"] == pytest.approx(sum(out["searchenv_return"]) / 16, rel=1e-5)
+        assert log["completions/mean_length"] == pytest.approx(sum(map(sum, out["env_mask"])) / 16, rel=1e-5)
+        assert log["rewards/searchenv_turns/mean"] == 2.0  # weight-0 metrics are logged too
+        lengths = [len(ids) for ids in out["completion_ids"]]
+        assert sum(lengths) > sum(map(sum, out["env_mask"]))  # environment tokens were there, masked
+    first = sum(h["reward"] for h in logs[:3]) / 3
+    last = sum(h["reward"] for h in logs[-3:]) / 3
+    assert last > 3 * first, (first, last)
+
+
+class _Scripted(SearchQARollout):
+    """Generation by a scripted policy that answers (the trainer's model is still what TRL trains)."""
+
+    @contextlib.contextmanager
+    def _policy(self, trainer: Any) -> Iterator[Any]:
+        from agents.policies.hf import HFPolicy
+
+        yield ScriptPolicy(HFPolicy(trainer.model, trainer.processing_class))
+
+
+def test_answered_episodes_are_not_truncated_completions(tmp_path: Path, bm25: BM25Retriever) -> None:
+    rollout = _Scripted(list(EXAMPLES), retriever=bm25, max_turns=4)
+    trainer = _trainer(tmp_path, rollout, steps=1, mask_truncated_completions=True)
+    trainer.train()
+    [log] = [h for h in trainer.state.log_history if "reward" in h]
+    assert log["completions/clipped_ratio"] == 0.0  # every episode answered and ends with EOS
+    assert log["rewards/searchenv_answered/mean"] == 1.0
+
+
+def test_reward_functions_are_named_and_weighted() -> None:
+    funcs, weights = reward_functions(("em", "evidence_recall"))
+    assert [f.__name__ for f in funcs] == ["searchenv_return", "searchenv_em", "searchenv_evidence_recall"]
+    assert weights == [1.0, 0.0, 0.0]
+    assert funcs[2](["c"], searchenv_metrics=[{"em": 1.0}]) == [None]  # no gold evidence: left out of the mean
+    assert searchenv_return(["c", "d"], searchenv_return=[0.5, 1]) == [0.5, 1.0]

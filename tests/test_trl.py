@@ -163,3 +163,53 @@ def test_reward_functions_are_named_and_weighted() -> None:
     assert weights == [1.0, 0.0, 0.0]
     assert funcs[2](["c"], searchenv_metrics=[{"em": 1.0}]) == [None]  # no gold evidence: left out of the mean
     assert searchenv_return(["c", "d"], searchenv_return=[0.5, 1]) == [0.5, 1.0]
+
+
+def test_tool_env_runs_an_episode_through_its_tools(bm25: BM25Retriever) -> None:
+    from agents.integrations.trl import SearchQAToolEnv
+
+    make_env = SearchQAToolEnv.factory(list(EXAMPLES), retriever=bm25, max_turns=3)
+    assert make_env.dataset(1) == [{"prompt": [{"role": "user", "content": EXAMPLES[0].question}],
+                                    "example_id": EXAMPLES[0].id}]
+    tobin = next(ex for ex in EXAMPLES if ex.question == "Where was Tobin Quenn born?")
+    env = make_env()
+    assert env.reset(example_id=tobin.id, prompt="ignored") is None
+    found = env.search("Tobin Quenn born")
+    assert found.startswith("<information>") and "Karsk" in found
+    assert env.answer("Karsk") == "Answer recorded."
+    assert env.search("more") == "The episode is over; no more searches."
+    plain = SearchQAEnv([tobin], retriever=bm25, max_turns=3)
+    plain.reset(options={"index": 0})
+    want = sum(float(plain.step(t)[1]) for t in ("<search> Tobin Quenn born </search>", "<answer> Karsk </answer>"))
+    assert env.get_reward() == pytest.approx(want) and env.metrics()["em"] == 1.0
+    # a rollout that never answers is ended when TRL asks for the reward; the budget ends searching
+    other = make_env()
+    other.reset(prompt=[{"role": "user", "content": tobin.question}])
+    for _ in range(3):
+        last = other.search("Tobin")
+    assert last.endswith("the episode is over.") and other.metrics()["answered"] == 0.0
+    with pytest.raises(ValueError, match="no question of the task"):
+        other.reset(prompt="What is 2+2?")
+
+
+def test_grpo_trainer_with_the_tool_env_as_environment_factory(tmp_path: Path, bm25: BM25Retriever) -> None:
+    from importlib.resources import files
+
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from agents.integrations.trl import SearchQAToolEnv
+
+    model, tokenizer = build_tiny_model(seed=0)
+    tokenizer.chat_template = (files("trl") / "chat_templates" / "qwen2_5.jinja").read_text()  # renders tool calls
+    make_env = SearchQAToolEnv.factory(list(EXAMPLES), retriever=bm25, max_turns=3)
+    args = GRPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, num_generations=2,
+                      max_steps=2, logging_steps=1, report_to="none", use_cpu=True, bf16=False, save_strategy="no",
+                      beta=0.0, max_completion_length=16, seed=0)
+    trainer = GRPOTrainer(model=model, processing_class=tokenizer, args=args, environment_factory=make_env,
+                          train_dataset=Dataset.from_list(make_env.dataset() * 4))
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "reward" in h]
+    assert len(logs) == 2 and all("rewards/SearchQAToolEnv/mean" in h for h in logs)  # the env owns the reward
+    # the random model calls no tools, so every rollout is ended unanswered and scored by SearchQA-v0's preset
+    assert all(h["rewards/SearchQAToolEnv/mean"] == 0.0 for h in logs)

@@ -247,3 +247,127 @@ def reward_functions(metrics: Sequence[str] = LOGGED_METRICS) -> tuple[list[Call
     """
     funcs: list[Callable[..., Any]] = [searchenv_return, *(_metric_reward(m) for m in metrics)]
     return funcs, [1.0] + [0.0] * len(metrics)
+
+
+class SearchQAToolEnv:
+    """SearchQA-v0 as tools for ``GRPOTrainer(environment_factory=...)`` (tool-calling chat models).
+
+    TRL builds one instance per rollout (then reuses it), calls :meth:`reset` with the dataset
+    row, lets the model call :meth:`search` and :meth:`answer` as JSON tools, and scores the
+    rollout with :meth:`get_reward`. Each tool call is one environment turn (``<search> query
+    </search>`` or ``<answer> text </answer>``), so the turn budget, the reward preset and its
+    terms are SearchQA-v0's; the answer is only what the model passed to ``answer``::
+
+        make_env = SearchQAToolEnv.factory("synthetic-2hop", retriever="bm25", reward="default")
+        trainer = GRPOTrainer(model, train_dataset=Dataset.from_list(make_env.dataset()),
+                              environment_factory=make_env, args=GRPOConfig(...))
+
+    The chat model's template must render tool calls (TRL checks), e.g. Qwen2.5/Qwen3.
+
+    Args:
+        env: The environment the episodes run in (shared settings; one instance per tool env).
+    """
+
+    def __init__(self, env: SearchQAEnv) -> None:
+        self._env = env
+        self._return = 0.0
+        self._done = True
+        self._final: dict[str, Any] | None = None
+
+    @classmethod
+    def factory(cls, task: str | os.PathLike[str] | Sequence[QAExample] = "synthetic-2hop", *,
+                split: str = "train", **env_kwargs: Any) -> _ToolEnvFactory:
+        """A zero-argument factory for ``environment_factory`` (instances share the task and the index).
+
+        Args:
+            task: Task name, QA JSONL file or examples.
+            split: Split of a named task.
+            **env_kwargs: :class:`~searchenv.env.SearchQAEnv` arguments (``retriever``, ``corpus``,
+                ``reward``, ``top_k``, ``max_turns``, ...).
+        """
+        template = SearchQAEnv(task, split=split, **env_kwargs)
+        shared = {k: v for k, v in env_kwargs.items() if k != "corpus"}
+        shared["retriever"] = template.retriever  # opened once; every instance searches it
+        return _ToolEnvFactory(cls, template.examples, shared)
+
+    def reset(self, **row: Any) -> str | None:
+        """Start the episode of the row's ``example_id`` (or ``question`` text); nothing is added to the prompt.
+
+        Raises:
+            ValueError: If the row names no question of the task.
+        """
+        if "example_id" in row:
+            self._env.reset(options={"example_id": str(row["example_id"])})
+        else:
+            question = _question(row.get("prompt"), 0)
+            index = next((i for i, ex in enumerate(self._env.examples) if ex.question == question), None)
+            if index is None:
+                raise ValueError(f"row names no question of the task: {question[:100]!r}")
+            self._env.reset(options={"index": index})
+        self._return, self._done, self._final = 0.0, False, None
+        return None
+
+    def _turn(self, text: str) -> dict[str, Any]:
+        _, reward, terminated, truncated, info = self._env.step(text)
+        self._return += float(reward)
+        if terminated or truncated:
+            self._done, self._final = True, info
+        return info
+
+    def search(self, query: str) -> str:
+        """Search the document collection.
+
+        Args:
+            query: What to look for, in a few words.
+
+        Returns:
+            The top documents, numbered, each with its title.
+        """
+        if self._done:
+            return "The episode is over; no more searches."
+        info = self._turn(f"<search> {query} </search>")
+        text = str(info["new_text"]).strip()
+        return text if not self._done else text + "\nThe turn budget is spent; the episode is over."
+
+    def answer(self, answer: str) -> str:
+        """Give the final answer to the question (ends the episode).
+
+        Args:
+            answer: The answer, as short as possible (a name, a place, a year).
+
+        Returns:
+            A confirmation.
+        """
+        if self._done:
+            return "The episode is over; the answer was not recorded."
+        self._turn(f"<answer> {answer} </answer>")
+        return "Answer recorded."
+
+    def get_reward(self) -> float:
+        """The episode's return under the reward preset (an episode never answered is ended first)."""
+        if not self._done:
+            self._final = self._env.end_episode("rollout_ended")
+            self._done = True
+        return self._return
+
+    def metrics(self) -> dict[str, float]:
+        """:func:`searchenv.env.episode_metrics` of the finished episode (empty before it ends)."""
+        return episode_metrics(self._final) if self._final is not None else {}
+
+
+class _ToolEnvFactory:
+    """Builds :class:`SearchQAToolEnv` instances over one task (the index is opened once per process)."""
+
+    def __init__(self, cls: type[SearchQAToolEnv], examples: Sequence[QAExample],
+                 env_kwargs: Mapping[str, Any]) -> None:
+        self._cls = cls
+        self.examples = list(examples)
+        self._env_kwargs = dict(env_kwargs)
+
+    def __call__(self) -> SearchQAToolEnv:
+        return self._cls(SearchQAEnv(self.examples, **self._env_kwargs))
+
+    def dataset(self, n: int | None = None) -> list[dict[str, Any]]:
+        """Rows for ``datasets.Dataset.from_list``: a chat ``prompt`` with the question, and ``example_id``."""
+        examples = self.examples if n is None else self.examples[:n]
+        return [{"prompt": [{"role": "user", "content": ex.question}], "example_id": ex.id} for ex in examples]

@@ -4,6 +4,7 @@ import json
 import math
 import warnings
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 import pytest
@@ -308,3 +309,14 @@ def test_envs_over_one_index_folder_share_it_until_it_is_rebuilt(tmp_path: Path)
     BM25Retriever.build(DOCS[:3], folder)  # a rebuild commits a new metadata file
     c = SearchQAEnv(EXAMPLES, retriever=str(folder))
     assert c.retriever is not a.retriever and len(c.retriever) == 3  # type: ignore[arg-type]
+
+
+def test_reset_takes_an_example_object(make_env: Any) -> None:
+    from searchenv.tasks.base import QAExample
+
+    env = make_env()
+    ex = QAExample("own", "Where was Tobin Quenn born?", ("Karsk",), ("d3",))
+    _, info = env.reset(options={"example": ex})
+    assert info["example_id"] == "own" and env.example is ex
+    with pytest.raises(TypeError, match="must be a QAExample"):
+        env.reset(options={"example": {"question": "q"}})

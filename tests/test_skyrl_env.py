@@ -102,3 +102,22 @@ def test_an_answer_is_read_from_the_agents_turn_only(index: Path) -> None:
 def test_bad_configs_and_rows_say_what_is_wrong(config: dict[str, Any], row: dict[str, Any], match: str) -> None:
     with pytest.raises(ValueError, match=match):
         SearchQASkyRLEnv(config, row)
+
+
+def test_a_closed_env_is_reused_by_the_next_trajectory(index: Path) -> None:
+    first = SearchQASkyRLEnv({"retriever": str(index), "top_k": 1}, _row(EXAMPLES[0]))
+    first.init()
+    first.step("<answer> wrong </answer>")
+    inner = first.env
+    first.close()
+    first.close()  # twice: a no-op
+    with pytest.raises(RuntimeError, match="closed"):
+        first.step("<answer> x </answer>")
+    tobin = next(ex for ex in EXAMPLES if ex.question == "Where was Tobin Quenn born?")
+    second = SearchQASkyRLEnv({"retriever": str(index), "top_k": 1}, _row(tobin))
+    assert second.env is inner  # same settings: the closed one, reset for this question
+    messages, meta = second.init()
+    assert tobin.question in messages[1]["content"] and meta == {"example_id": tobin.id}
+    assert second.step("<answer> Karsk </answer>")["metadata"]["em"] == 1.0
+    other = SearchQASkyRLEnv({"retriever": str(index), "top_k": 2}, _row(tobin))
+    assert other.env is not inner  # other settings: another environment

@@ -194,9 +194,9 @@ class SearchQAEnv(gym.Env[str, str]):
 
         Args:
             seed: Seeds ``self.np_random``; the same seed gives the same question.
-            options: ``{"example_id": id}``, ``{"index": i}``, or a custom
-                ``{"question": str, "answers": [str, ...]}`` (optionally ``evidence_ids``: a list
-                of document ids, or one id alone).
+            options: ``{"example_id": id}``, ``{"index": i}``, ``{"example": QAExample}``, or a
+                custom ``{"question": str, "answers": [str, ...]}`` (optionally ``evidence_ids``: a
+                list of document ids, or one id alone).
 
         Returns:
             The prompt as the first observation, and info with ``example_id``.
@@ -232,9 +232,13 @@ class SearchQAEnv(gym.Env[str, str]):
         return self._prompt, {"example_id": self._example.id, "turn": 0}
 
     def _choose_example(self, options: Mapping[str, Any]) -> QAExample:
-        unknown = set(options) - {"example_id", "index", "question", "answers", "evidence_ids", "id"}
+        unknown = set(options) - {"example_id", "index", "question", "answers", "evidence_ids", "id", "example"}
         if unknown:
             raise ValueError(f"unknown reset options {sorted(unknown)}")
+        if "example" in options:
+            if not isinstance(options["example"], QAExample):
+                raise TypeError(f"options['example'] must be a QAExample, got {type(options['example']).__name__}")
+            return options["example"]
         if "question" in options:
             answers = options.get("answers")
             if isinstance(answers, str):
@@ -628,18 +632,20 @@ def _resolve_retriever(retriever: str | os.PathLike[str] | Retriever, corpus_pat
         if key_url not in _SHARED:  # one client (and connection pool) per server and process
             _SHARED[key_url] = remote_from_url(str(retriever))
         return _SHARED[key_url]
-    if Path(retriever).is_dir():
-        from searchenv.retrievers.index_meta import META_FILE
+    from searchenv.retrievers.index_meta import META_FILE
 
-        folder = Path(retriever).resolve()
-        meta = folder / META_FILE
-        stamp = meta.stat().st_mtime_ns if meta.is_file() else None  # a rebuild renames a new one in
-        key_dir = ("folder", str(folder), stamp, str(corpus_path.resolve()) if corpus_path else None)
-        if stamp is None:  # not an index: let open_index say what is wrong
-            return open_index(retriever, corpus=corpus_path)
-        if key_dir not in _SHARED:  # engines that build one env per trajectory open the index once
+    folder = os.path.abspath(retriever)  # no syscalls: engines build an env per trajectory
+    try:
+        stamp = os.stat(os.path.join(folder, META_FILE)).st_mtime_ns  # a rebuild renames a new one in
+    except OSError:
+        stamp = None
+    if stamp is not None:
+        key_dir = ("folder", folder, stamp, str(corpus_path) if corpus_path else None)
+        if key_dir not in _SHARED:  # one open index per folder and process
             _SHARED[key_dir] = open_index(retriever, corpus=corpus_path)
         return _SHARED[key_dir]
+    if Path(retriever).is_dir():  # not an index: open_index says what is wrong
+        return open_index(retriever, corpus=corpus_path)
     if not isinstance(retriever, str) or retriever not in index_kinds():
         raise ValueError(
             f"retriever {retriever!r} is neither a known kind "

@@ -121,6 +121,8 @@ class SearchQARollout:
         for ex in self.env.examples:
             self._by_question.setdefault(ex.question, ex)
         self._calls = 0
+        #: The rollout engine's statistics of the latest call (generation, environment and retrieval seconds).
+        self.last_stats: Any = None
 
     def dataset(self, n: int | None = None) -> list[dict[str, Any]]:
         """Rows for ``datasets.Dataset.from_list``: ``prompt`` (the question) and ``example_id``."""
@@ -173,21 +175,22 @@ class SearchQARollout:
         examples = [self.example(p, i) for i, p in enumerate(prompts)]
         batch = rollout(policy, examples, env=self.env, group_size=1, max_new_tokens=self.max_new_tokens,
                         max_total_tokens=self.max_total_tokens, temperature=temperature, top_p=top_p, seed=seed)
+        self.last_stats = batch.stats
         eos = eos_token_id
         if eos is None and hasattr(policy, "tokenizer"):
             eos = getattr(policy.tokenizer, "eos_token_id", None)
         out: dict[str, list[Any]] = {"prompt_ids": [], "completion_ids": [], "env_mask": [], "logprobs": [],
                                      "searchenv_return": [], "searchenv_metrics": []}
-        for ep in batch:  # example-major with one sample each: the prompts' order
-            ids, mask = list(ep.completion_ids), list(ep.loss_mask)
-            logprobs = [0.0 if lp != lp else float(lp) for lp in ep.logprobs]  # NaN (not reported) -> 0
+        for ep in batch:  # example-major with one sample each: the prompts' order (the record's lists, not copies)
+            ids, mask, logprobs = ep.completion_ids, ep.loss_mask, ep.logprobs
+            total = sum(logprobs)
+            if total != total:  # a NaN: the policy reported no log-prob for some turn -> 0.0
+                logprobs = [0.0 if lp != lp else lp for lp in logprobs]
             if ep.terminated and isinstance(eos, int):
-                ids.append(eos)
-                mask.append(0)
-                logprobs.append(0.0)
+                ids, mask, logprobs = ids + [eos], mask + [0], logprobs + [0.0]
             if ep.infra_error:
                 mask = [0] * len(mask)
-            out["prompt_ids"].append(list(ep.prompt_ids))
+            out["prompt_ids"].append(ep.prompt_ids)
             out["completion_ids"].append(ids)
             out["env_mask"].append(mask)
             out["logprobs"].append(logprobs)

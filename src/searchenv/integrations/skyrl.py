@@ -16,7 +16,8 @@ not from the chat that holds retrieved documents) are this package's::
 ``retriever`` (index folder, server URL, or ``bm25``/``dense`` with ``corpus``), ``corpus``,
 ``protocol`` (``search-r1``), ``reward`` (a preset name or ``{term: weight}``), ``top_k`` (3),
 ``max_turns`` (4), ``max_doc_chars`` (1500). The index is opened once per process and shared by
-every environment over it (SkyRL builds thousands).
+every environment over it, and a closed environment (SkyRL closes each at the end of its
+trajectory) is reused by the next one with the same settings: SkyRL builds one per trajectory.
 
 ``extras`` (the dataset row): the question as ``question`` (or ``extra_info.question``), gold
 answers as ``answers`` or Search-R1/SkyRL's ``reward_spec.ground_truth.target``, and optionally
@@ -33,6 +34,7 @@ averages over episodes. Needs ``skyrl-gym`` (``pip install 'searchenv[skyrl]'``)
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -46,6 +48,10 @@ from searchenv.tasks.base import QAExample
 ENV_ID = "searchqa"
 _CONFIG_KEYS = frozenset({"retriever", "corpus", "protocol", "reward", "top_k", "max_turns", "max_doc_chars"})
 _lock = threading.Lock()
+#: Closed environments per settings, reused by the next trajectories (SkyRL builds one env per trajectory).
+_POOL: dict[str, list[SearchQAEnv]] = {}
+_POOL_MAX = 4096
+_SETTINGS: dict[int, tuple[Any, dict[str, Any], str]] = {}
 
 
 def _plain(config: Any) -> dict[str, Any]:
@@ -62,6 +68,23 @@ def _plain(config: Any) -> dict[str, Any]:
     if not isinstance(config, Mapping):
         raise TypeError(f"env_config must be a mapping, got {type(config).__name__}")
     return dict(config)
+
+
+def _settings(env_config: Any) -> tuple[dict[str, Any], str]:
+    """``env_config`` checked, as a plain dict and a pool key; cached per config object (SkyRL passes one)."""
+    cached = _SETTINGS.get(id(env_config))
+    if cached is not None and cached[0] is env_config:
+        return cached[1], cached[2]
+    config = _plain(env_config)
+    unknown = set(config) - _CONFIG_KEYS
+    if unknown:
+        raise ValueError(f"unknown env_config key(s) {sorted(unknown)}; known: {sorted(_CONFIG_KEYS)}")
+    key = json.dumps(config, sort_keys=True, default=repr)
+    with _lock:
+        if len(_SETTINGS) >= 64:
+            _SETTINGS.clear()
+        _SETTINGS[id(env_config)] = (env_config, config, key)  # holding the object keeps its id unique
+    return config, key
 
 
 def example_from_row(extras: Mapping[str, Any]) -> QAExample:
@@ -108,17 +131,22 @@ class SearchQASkyRLEnv(BaseTextEnv):
 
     def __init__(self, env_config: Any = None, extras: Mapping[str, Any] | None = None) -> None:
         super().__init__()
-        config = _plain(env_config)
-        unknown = set(config) - _CONFIG_KEYS
-        if unknown:
-            raise ValueError(f"unknown env_config key(s) {sorted(unknown)}; known: {sorted(_CONFIG_KEYS)}")
-        row = dict(extras or {})
+        config, key = _settings(env_config)
+        row = extras or {}
         self.example = example_from_row(row)
         if "max_turns" in row:
-            config["max_turns"] = int(row["max_turns"])
-        with _lock:  # one index per process: SearchQAEnv shares it, built once under this lock
-            self.env = SearchQAEnv([self.example], retriever=config.pop("retriever", "bm25"), **config)
-        self.max_turns = self.env.max_turns
+            config = {**config, "max_turns": int(row["max_turns"])}
+            key = json.dumps(config, sort_keys=True, default=repr)
+        self._key = key
+        with _lock:  # SkyRL builds one env per trajectory: reuse a closed one with the same settings
+            free = _POOL.get(self._key)
+            env = free.pop() if free else None
+        if env is None:
+            with _lock:  # one index per process: SearchQAEnv shares it, opened once under this lock
+                settings = dict(config)
+                env = SearchQAEnv([self.example], retriever=settings.pop("retriever", "bm25"), **settings)
+        self.env: SearchQAEnv | None = env
+        self.max_turns = env.max_turns
         self.final_info: dict[str, Any] | None = None
 
     def init(self, prompt: Any = None) -> tuple[list[dict[str, str]], dict[str, Any]]:
@@ -130,22 +158,22 @@ class SearchQASkyRLEnv(BaseTextEnv):
         Returns:
             The messages and ``{"example_id": ...}``.
         """
-        _, info = self.env.reset(options={"index": 0})
+        _, info = self._live().reset(options={"example": self.example})
         self.turns = 0
         self.final_info = None
-        return self.env.messages(), {"example_id": info["example_id"]}
+        return self._live().messages(), {"example_id": info["example_id"]}
 
     def step(self, action: str) -> BaseTextEnvStepOutput:
         """One model turn: the environment's reply, the shaped reward, done, and what happened."""
         self.turns += 1
-        _, reward, terminated, truncated, info = self.env.step(action)
+        _, reward, terminated, truncated, info = self._live().step(action)
         done = bool(terminated or truncated)
         metadata: dict[str, Any] = {
             "action_type": info["action_type"],
             "invalid_reason": info["invalid_reason"],
-            "queries": list(info["queries"]),
-            "doc_ids": list(info["doc_ids"]),
-            "reward_terms": dict(info["reward_terms"]),
+            "queries": info["queries"],
+            "doc_ids": info["doc_ids"],
+            "reward_terms": info["reward_terms"],
             "infra_error": info["infra_error"],
         }
         if done:
@@ -158,6 +186,21 @@ class SearchQASkyRLEnv(BaseTextEnv):
     def get_metrics(self) -> dict[str, Any]:
         """:func:`searchenv.env.episode_metrics` of the finished episode (empty before it ends)."""
         return episode_metrics(self.final_info) if self.final_info is not None else {}
+
+    def close(self) -> None:
+        """Hand the underlying environment back for the next trajectory (SkyRL calls this at the end)."""
+        env, self.env = self.env, None
+        if env is None:
+            return
+        with _lock:
+            free = _POOL.setdefault(self._key, [])
+            if len(free) < _POOL_MAX:
+                free.append(env)
+
+    def _live(self) -> SearchQAEnv:
+        if self.env is None:
+            raise RuntimeError("this environment was closed")
+        return self.env
 
 
 def register(env_id: str = ENV_ID) -> None:

@@ -1,0 +1,192 @@
+"""What each engine adapter adds per episode on top of the environment and retrieval.
+
+The same scripted episodes (synthetic-2hop dev, BM25: search the question, search it again,
+answer) run through:
+
+- ``plain``: ``SearchQAEnv.reset`` + ``step`` (the environment and retrieval work itself);
+- ``skyrl``: :class:`searchenv.integrations.skyrl.SearchQASkyRLEnv`, built per episode as SkyRL
+  builds one environment per trajectory, ``init`` + ``step`` + ``get_metrics`` + ``close``;
+- ``trl-tools``: :class:`agents.integrations.trl.SearchQAToolEnv` (``environment_factory``), one
+  instance reset per episode as TRL pools them: ``reset`` + ``search`` x2 + ``answer`` + ``get_reward``;
+- ``trl-rollout``: :class:`agents.integrations.trl.SearchQARollout` (``rollout_func``) with a
+  scripted token-level policy (SmolLM2's tokenizer); its overhead is the call's time minus the
+  rollout engine's own wall time inside it (the prompt lookup and the conversion to TRL's
+  fields), compared with the engine's environment + retrieval seconds of the same call.
+
+Repeats are interleaved and the median is reported; the goal is an overhead under 5% of the
+environment + retrieval time. The load average is recorded before and after.
+
+Usage: python benchmarks/engines.py [--n 200] [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+_HERE = Path(__file__).resolve().parent
+# Python puts this folder first on sys.path; move it last so benchmarks/agents.py cannot shadow `agents`.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE] + [str(_HERE)]
+
+from _common import write_results  # noqa: E402
+from agents.policies.base import Generation  # noqa: E402
+from searchenv.env import SearchQAEnv  # noqa: E402
+from searchenv.tasks.base import QAExample, load_task  # noqa: E402
+
+
+def turns(ex: QAExample) -> list[str]:
+    """The scripted episode: two searches and an answer."""
+    return [f"<search> {ex.question} </search>", f"<search> {ex.question} </search>", "<answer> unknown </answer>"]
+
+
+class ScriptedTokens:
+    """A token-level policy that plays :func:`turns` from its context (for the rollout engine)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text``."""
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of ``ids``."""
+        return str(self.tokenizer.decode(list(ids)))
+
+    def chat_prompt_ids(self, messages: Sequence[dict[str, str]]) -> list[int]:
+        """The chat prompt's ids."""
+        from agents.policies.base import chat_template_ids
+
+        return chat_template_ids(self.tokenizer, messages)
+
+    def generate(self, prompts: Sequence[Sequence[int]], **kwargs: Any) -> list[Generation]:
+        """The next scripted turn of each context."""
+        out = []
+        for p in prompts:
+            context = self.decode(p)
+            question = re.search(r"Question: (.*)", context)
+            seen = context.split("Question:")[-1].count("<information>")
+            q = question.group(1).strip() if question else "x"
+            text = f"<search> {q} </search>" if seen < 2 else "<answer> unknown </answer>"
+            ids = tuple(self.encode(text))
+            out.append(Generation(text, ids, tuple(-1.0 for _ in ids), "stop"))
+        return out
+
+
+def run_plain(env: SearchQAEnv, examples: Sequence[QAExample]) -> float:
+    start = time.perf_counter()
+    for ex in examples:
+        env.reset(options={"example_id": ex.id})
+        for t in turns(ex):
+            env.step(t)
+    return time.perf_counter() - start
+
+
+def run_skyrl(index: str, examples: Sequence[QAExample]) -> float:
+    from searchenv.integrations.skyrl import SearchQASkyRLEnv
+
+    config = {"retriever": index}
+    start = time.perf_counter()
+    for ex in examples:
+        env = SearchQASkyRLEnv(config, {"question": ex.question, "answers": list(ex.answers),
+                                        "evidence_ids": list(ex.evidence_ids), "id": ex.id})
+        env.init()
+        for t in turns(ex):
+            env.step(t)
+        env.get_metrics()
+        env.close()  # as SkyRL's generator does at the end of a trajectory
+    return time.perf_counter() - start
+
+
+def run_tools(make_env: Any, examples: Sequence[QAExample]) -> float:
+    env = make_env()  # TRL builds an instance once and resets it for each rollout
+    start = time.perf_counter()
+    for ex in examples:
+        env.reset(example_id=ex.id)
+        env.search(ex.question)
+        env.search(ex.question)
+        env.answer("unknown")
+        env.get_reward()
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", type=int, default=200, help="Episodes per adapter and repeat.")
+    parser.add_argument("--repeats", type=int, default=5, help="Interleaved repeats (median reported).")
+    args = parser.parse_args()
+
+    from transformers import AutoTokenizer
+
+    from agents.integrations.trl import SearchQARollout, SearchQAToolEnv
+    from agents.policies.hf import resolve_model_path
+    from searchenv.corpus import read_corpus
+    from searchenv.retrievers.bm25 import BM25Retriever
+
+    load_before = os.getloadavg()
+    task = load_task("synthetic-2hop")
+    examples = list(task.examples("dev"))[: args.n]
+    index = str(task.corpus_path.parent / "bm25-engines-bench")
+    if not Path(index).is_dir():
+        BM25Retriever.build(read_corpus(task.corpus_path), index)
+    env = SearchQAEnv(examples, retriever=index)
+    make_tools = SearchQAToolEnv.factory(examples, retriever=index)
+    trl = SearchQARollout(examples, retriever=index, max_turns=4)
+    policy = ScriptedTokens(AutoTokenizer.from_pretrained(str(resolve_model_path("SmolLM2-135M-Instruct"))))
+    prompts = [ex.question for ex in examples]
+
+    times: dict[str, list[float]] = {k: [] for k in ("plain", "skyrl", "trl-tools", "engine", "trl-rollout")}
+    env_retrieval: list[float] = []
+    adapter: list[float] = []
+    for _ in range(args.repeats):
+        times["plain"].append(run_plain(env, examples))
+        times["skyrl"].append(run_skyrl(index, examples))
+        times["trl-tools"].append(run_tools(make_tools, examples))
+        start = time.perf_counter()
+        trl.run(prompts, policy, seed=0, eos_token_id=policy.tokenizer.eos_token_id)
+        times["trl-rollout"].append(time.perf_counter() - start)
+        stats = trl.last_stats  # the engine's own run inside this call: the adapter's work is the rest
+        times["engine"].append(stats.wall_seconds)
+        adapter.append(times["trl-rollout"][-1] - stats.wall_seconds)
+        env_retrieval.append(stats.environment_seconds + stats.retrieval_seconds)
+    load_after = os.getloadavg()
+
+    med = {k: statistics.median(v) for k, v in times.items()}
+    base = med["plain"]
+    rows = {
+        "skyrl": (med["skyrl"] - base) / base,
+        "trl-tools": (med["trl-tools"] - base) / base,
+        "trl-rollout": statistics.median(a / e for a, e in zip(adapter, env_retrieval, strict=True)),
+    }
+    per_ep = {k: 1000 * v / args.n for k, v in med.items()}
+    table = "\n".join([
+        f"Adapter overhead per episode, {args.n} scripted synthetic-2hop episodes (2 searches + answer, BM25), "
+        f"median of {args.repeats} interleaved repeats; load average {load_before[0]:.2f} before, "
+        f"{load_after[0]:.2f} after.",
+        "",
+        "| adapter | ms / episode | baseline ms / episode | overhead vs env + retrieval | goal < 5% |",
+        "|---|---:|---:|---:|---|",
+        f"| plain SearchQAEnv (baseline) | {per_ep['plain']:.3f} | - | - | - |",
+        f"| SkyRL-gym `SearchQASkyRLEnv` (built per episode) | {per_ep['skyrl']:.3f} | {per_ep['plain']:.3f} | "
+        f"{100 * rows['skyrl']:+.1f}% | {'met' if rows['skyrl'] < 0.05 else 'not met'} |",
+        f"| TRL `SearchQAToolEnv` (environment_factory) | {per_ep['trl-tools']:.3f} | {per_ep['plain']:.3f} | "
+        f"{100 * rows['trl-tools']:+.1f}% | {'met' if rows['trl-tools'] < 0.05 else 'not met'} |",
+        f"| TRL `SearchQARollout` (rollout_func) vs the rollout engine inside it | {per_ep['trl-rollout']:.3f} | "
+        f"{per_ep['engine']:.3f} | {100 * rows['trl-rollout']:+.1f}% | "
+        f"{'met' if rows['trl-rollout'] < 0.05 else 'not met'} |",
+    ])
+    write_results("engines", {"n": args.n, "repeats": args.repeats, "seconds": times,
+                              "engine_env_retrieval_seconds": env_retrieval, "trl_adapter_seconds": adapter,
+                              "overhead": rows,
+                              "load_before": load_before, "load_after": load_after}, table)
+
+
+if __name__ == "__main__":
+    main()

@@ -16,7 +16,11 @@ answer) run through:
 Repeats are interleaved and the median is reported; the goal is an overhead under 5% of the
 environment + retrieval time. The load average is recorded before and after.
 
-Usage: python benchmarks/engines.py [--n 200] [--repeats 5]
+And Ray environment workers (:class:`agents.integrations.ray.RayVectorEnv`): episodes per second
+of the same scripted episodes with 64 sub-environments on 1 actor vs 2 actors of 32, on a local
+``ray.init(num_cpus=2)`` (the driver shares the two cores).
+
+Usage: python benchmarks/engines.py [--n 200] [--repeats 5] [--ray-steps 60]
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 _HERE = Path(__file__).resolve().parent
-# Python puts this folder first on sys.path; move it last so benchmarks/agents.py cannot shadow `agents`.
+# Python puts this folder first on sys.path; keep it last so a script here can never shadow a package.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE] + [str(_HERE)]
 
 from _common import write_results  # noqa: E402
@@ -117,10 +121,47 @@ def run_tools(make_env: Any, examples: Sequence[QAExample]) -> float:
     return time.perf_counter() - start
 
 
+def ray_throughput(here: str, index: str, examples: Sequence[QAExample], steps: int,
+                   repeats: int) -> dict[str, list[float]]:
+    """Episodes per second through :class:`~agents.integrations.ray.RayVectorEnv` with 1 and 2 actors."""
+    import ray
+
+    from agents.integrations.ray import RayVectorEnv
+    from searchenv.tasks.base import write_qa_jsonl
+
+    qa = str(Path(index).parent / "engines-bench-qa.jsonl")
+    write_qa_jsonl(qa, examples)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    rows: dict[str, list[float]] = {"1x64": [], "2x32": []}
+    try:
+        # Ray's CPU counts are logical: 0.5 each lets all three actors live at once (the OS shares the cores)
+        opts = {"num_cpus": 0.5}
+        pools = {"1x64": RayVectorEnv(1, 64, task=qa, retriever=index, max_turns=3, worker_options=opts),
+                 "2x32": RayVectorEnv(2, 32, task=qa, retriever=index, max_turns=3, worker_options=opts)}
+        for _ in range(repeats):
+            for name, envs in pools.items():
+                obs, _ = envs.reset(seed=0)
+                done = 0
+                start = time.perf_counter()
+                for _ in range(steps):  # search the question, then answer (then an autoreset step)
+                    acts = ["<answer> unknown </answer>" if "<information>" in o.rsplit("Question:", 1)[-1]
+                            else f"<search> {o.rsplit('Question:', 1)[-1].strip().splitlines()[0]} </search>"
+                            for o in obs]
+                    obs, _, term, trunc, _ = envs.step(acts)
+                    done += int(term.sum() + trunc.sum())
+                rows[name].append(done / (time.perf_counter() - start))
+        for envs in pools.values():
+            envs.close()
+    finally:
+        ray.shutdown()
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=200, help="Episodes per adapter and repeat.")
     parser.add_argument("--repeats", type=int, default=5, help="Interleaved repeats (median reported).")
+    parser.add_argument("--ray-steps", type=int, default=60, help="Vector steps per Ray measurement (0: skip).")
     args = parser.parse_args()
 
     from transformers import AutoTokenizer
@@ -156,6 +197,8 @@ def main() -> None:
         times["engine"].append(stats.wall_seconds)
         adapter.append(times["trl-rollout"][-1] - stats.wall_seconds)
         env_retrieval.append(stats.environment_seconds + stats.retrieval_seconds)
+    ray_rows = ray_throughput(str(Path(__file__).resolve().parent), index, examples, args.ray_steps,
+                              args.repeats) if args.ray_steps else {}
     load_after = os.getloadavg()
 
     med = {k: statistics.median(v) for k, v in times.items()}
@@ -182,7 +225,15 @@ def main() -> None:
         f"{per_ep['engine']:.3f} | {100 * rows['trl-rollout']:+.1f}% | "
         f"{'met' if rows['trl-rollout'] < 0.05 else 'not met'} |",
     ])
-    write_results("engines", {"n": args.n, "repeats": args.repeats, "seconds": times,
+    if ray_rows:
+        one, two = statistics.median(ray_rows["1x64"]), statistics.median(ray_rows["2x32"])
+        table += "\n".join([
+            "", "", f"Ray environment workers: {args.ray_steps} vector steps of 64 scripted sub-environments "
+            f"(search, answer, autoreset), local ray.init(num_cpus=2), median of {args.repeats}.", "",
+            "| workers | episodes / s | vs 1 worker |", "|---|---:|---:|",
+            f"| 1 actor x 64 envs | {one:.0f} | 1.00x |", f"| 2 actors x 32 envs | {two:.0f} | {two / one:.2f}x |",
+        ])
+    write_results("engines", {"n": args.n, "repeats": args.repeats, "seconds": times, "ray_episodes_per_s": ray_rows,
                               "engine_env_retrieval_seconds": env_retrieval, "trl_adapter_seconds": adapter,
                               "overhead": rows,
                               "load_before": load_before, "load_after": load_after}, table)

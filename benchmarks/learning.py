@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any
 
 _HERE = Path(__file__).resolve().parent
-# Python puts this folder first on sys.path; move it last so benchmarks/agents.py cannot shadow `agents`.
+# Python puts this folder first on sys.path; keep it last so a script here can never shadow a package.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE] + [str(_HERE)]
 
 from _common import RESULTS, machine  # noqa: E402

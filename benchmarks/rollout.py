@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-# A script's folder comes first on sys.path; benchmarks/agents.py would shadow the agents package.
+# A script's folder comes first on sys.path; take it out so no script here can shadow a package.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 

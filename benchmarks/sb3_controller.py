@@ -29,8 +29,8 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-# benchmarks/agents.py is named like the `agents` package and Python puts this folder first on
-# the import path: import the package with the folder removed, then _common with it appended.
+# Python puts this folder first on the import path; so that no script here can shadow a package,
+# import the packages with the folder removed, then _common with it appended.
 _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 from agents.sb3.controller import (  # noqa: E402

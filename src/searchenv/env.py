@@ -612,6 +612,22 @@ def _corpus_path(corpus: str | os.PathLike[str]) -> Path:
     raise FileNotFoundError(f"corpus file {corpus} does not exist")
 
 
+def resolve_retriever(retriever: str | os.PathLike[str] | Retriever,
+                      corpus: str | os.PathLike[str] | None = None) -> Retriever:
+    """A retriever as ``SearchQAEnv(retriever=...)`` resolves it, shared per process.
+
+    Args:
+        retriever: ``bm25``/``dense`` (with ``corpus``), an index folder, a server URL, or an object
+            with ``search_batch`` (returned as is).
+        corpus: Corpus file (or a task name whose corpus to use) for a named index kind.
+
+    Raises:
+        ValueError: If ``retriever`` is none of those, or a named kind has no corpus.
+        FileNotFoundError: If ``corpus`` does not exist.
+    """
+    return _resolve_retriever(retriever, _corpus_path(corpus) if corpus is not None else None)
+
+
 _SHARED: dict[tuple[object, ...], Retriever] = {}
 
 

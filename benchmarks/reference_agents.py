@@ -2,11 +2,11 @@
 
 Runs every reference agent (oracle, random, direct, rag, iterative, llm with SmolLM2-135M-Instruct)
 through SearchQAEnv on the first N questions of a task split, with BM25 and dense retrieval, and
-writes benchmarks/results/agents.json and agents.md. ``direct`` never searches, so it runs once
+writes benchmarks/results/reference_agents.json and .md. ``direct`` never searches, so it runs once
 (retriever column ``-``). The oracle row is the upper bound; every row also reports its EM as a
 fraction of the oracle's EM with the same retriever (the same-process baseline).
 
-    nice -n 10 python benchmarks/agents.py --n 200 --task synthetic-2hop --retrievers bm25,dense
+    nice -n 10 python benchmarks/reference_agents.py --n 200 --task synthetic-2hop --retrievers bm25,dense
 """
 
 from __future__ import annotations
@@ -36,8 +36,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--split", default="dev")
     ap.add_argument("--n", type=int, default=200)
     ap.add_argument("--n-llm", type=int, default=None, help="questions for the LLM agents (default: --n)")
-    ap.add_argument("--append", action="store_true", help="keep rows of other agent/retriever pairs in agents.json")
-    ap.add_argument("--merge", type=Path, action="append", default=[], help="also keep the rows of this agents.json")
+    ap.add_argument("--append", action="store_true",
+                    help="keep rows of other agent/retriever pairs in reference_agents.json")
+    ap.add_argument("--merge", type=Path, action="append", default=[],
+                    help="also keep the rows of this reference_agents.json")
     ap.add_argument("--retrievers", default="bm25,dense", help="comma-separated")
     ap.add_argument(
         "--agents", default="oracle,heuristic,searcher,random,direct,rag,iterative,llm", help="comma-separated"
@@ -47,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-turns", type=int, default=4)
     ap.add_argument("--batch-size", type=int, default=50, help="episodes in flight (one generate per round)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", type=Path, default=RESULTS, help="folder for agents.json / agents.md")
+    ap.add_argument("--out", type=Path, default=RESULTS, help="folder for reference_agents.json / reference_agents.md")
     ap.add_argument("--transcripts", type=Path, default=None, help="also write all transcripts here")
     args = ap.parse_args(argv)
 
@@ -94,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         threads = torch.get_num_threads()
     except ImportError:  # pragma: no cover
         threads = None
-    command = "nice -n 10 python benchmarks/agents.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "nice -n 10 python benchmarks/reference_agents.py " + " ".join(argv if argv is not None else sys.argv[1:])
     meta = {
         "command": command.strip(),
         "task": args.task,
@@ -107,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         "notes": notes,
     }
     kept: list[dict] = []
-    json_path = args.out / "agents.json"
+    json_path = args.out / "reference_agents.json"
     if args.append and json_path.is_file():
         old = json.loads(json_path.read_text())
         kept = old.get("rows", [])
@@ -147,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _write(args: argparse.Namespace, meta: dict, kept: list[dict], results: list[EvalResult]) -> str:
-    """Write agents.json and agents.md with the rows so far (kept rows first, replaced by new ones)."""
+    """Write reference_agents.json and .md with the rows so far (kept rows first, replaced by new ones)."""
     by_pair: dict[tuple[str, str], dict] = {}
     for row in [*kept, *(r.summary() for r in results)]:  # later rows replace earlier ones
         by_pair.pop((row["agent"], row["retriever"]), None)
@@ -160,7 +162,7 @@ def _write(args: argparse.Namespace, meta: dict, kept: list[dict], results: list
         base = oracle_em.get(row["retriever"], first)
         row["em_vs_oracle"] = row["em"] / base if base else None
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "agents.json").write_text(json.dumps({**meta, "rows": rows}, indent=2) + "\n")
+    (args.out / "reference_agents.json").write_text(json.dumps({**meta, "rows": rows}, indent=2) + "\n")
     md = (
         f"# Reference agents on {meta['task']} {meta['split']}\n\n"
         f"Command: `{meta['command']}`"
@@ -173,7 +175,7 @@ def _write(args: argparse.Namespace, meta: dict, kept: list[dict], results: list
         + markdown_table_rows(rows)
         + ("\nNotes:\n\n" + "\n".join(f"- {x}" for x in meta["notes"]) + "\n" if meta["notes"] else "")
     )
-    (args.out / "agents.md").write_text(md)
+    (args.out / "reference_agents.md").write_text(md)
     return md
 
 

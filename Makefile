@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# verl pins its own transformers, so its adapter is tested in a virtual environment of its own.
+VERL_VENV ?= .venv-verl
+VERL_STAMP := $(VERL_VENV)/.installed
 # The CPU build of torch that this project pins for set-up (the package itself needs only torch>=2.4).
 TORCH_PIN ?= torch==2.13.0
 
@@ -20,13 +23,21 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q -e ".[dense,serve,llm,rl,skyrl,trl,ray,dev]" "$(TORCH_PIN)"
 	touch $(STAMP)
 
+$(VERL_STAMP): pyproject.toml Makefile
+	$(PYTHON) -m venv $(VERL_VENV)
+	$(VERL_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VERL_VENV)/bin/python -m pip install -q "$(TORCH_PIN)"
+	# cachetools, fastapi and uvicorn: verl 0.9.1 imports them without declaring them.
+	$(VERL_VENV)/bin/python -m pip install -q "verl==0.9.1" cachetools pytest hypothesis -e ".[serve]" "$(TORCH_PIN)"
+	touch $(VERL_STAMP)
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-test: lint typecheck
+test: lint typecheck $(VERL_STAMP)
 	$(PY) -m pytest -q
 
 demo: $(STAMP)
@@ -37,4 +48,4 @@ demo: $(STAMP)
 		--agent random --out runs/demo
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(VERL_VENV) runs .pytest_cache .mypy_cache .ruff_cache

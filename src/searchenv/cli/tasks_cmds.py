@@ -114,7 +114,39 @@ def convert(
     typer.echo(msg)
 
 
+def rows(
+    task: Annotated[str, typer.Option("--task", "-t", help="Task name or QA JSONL file (from searchenv convert).")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Parquet file to write (e.g. data/train.parquet).")],
+    split: Annotated[str | None, typer.Option("--split", help="Split of a named task (default train).")] = None,
+    n: Annotated[int | None, typer.Option("--n", min=1, help="Only the first N questions.")] = None,
+    agent_name: Annotated[str, typer.Option("--agent-name", help="verl agent loop of the rows.")] = "searchqa_agent",
+) -> None:
+    """Write a task's questions as the parquet rows verl (and Search-R1) train on.
+
+    Each row holds the question as a chat prompt, the gold answers as
+    ``reward_model.ground_truth.target``, the evidence ids and the id in ``extra_info``, and
+    ``agent_name`` (see docs/engines.md). The file is written whole or not at all.
+    """
+    from searchenv.tasks.base import load_task, read_qa_jsonl
+    from searchenv.tasks.rows import task_rows, write_parquet
+
+    is_file = Path(task).suffix in (".jsonl", ".json") or Path(task).is_file()
+    if is_file and split is not None:
+        raise typer.BadParameter("a QA file is one split; --split applies to named tasks", param_hint="--split")
+    try:
+        examples = read_qa_jsonl(task) if is_file else list(load_task(task).examples(split or "train"))
+        if n is not None:
+            examples = examples[:n]
+        written = write_parquet(task_rows(examples, data_source=f"searchenv/{Path(task).stem if is_file else task}",
+                                          split=split or ("file" if is_file else "train"), agent_name=agent_name), out)
+    except (ValueError, OSError, ImportError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(code=1) from None
+    typer.echo(f"wrote {len(examples)} rows to {written}")
+
+
 def register(app: typer.Typer) -> None:
-    """Add ``tasks`` and ``convert`` to the ``searchenv`` command."""
+    """Add ``tasks``, ``convert`` and ``rows`` to the ``searchenv`` command."""
     app.command("tasks")(tasks)
     app.command("convert")(convert)
+    app.command("rows")(rows)

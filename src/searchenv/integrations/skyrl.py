@@ -19,9 +19,10 @@ not from the chat that holds retrieved documents) are this package's::
 every environment over it, and a closed environment (SkyRL closes each at the end of its
 trajectory) is reused by the next one with the same settings: SkyRL builds one per trajectory.
 
-``extras`` (the dataset row): the question as ``question`` (or ``extra_info.question``), gold
-answers as ``answers`` or Search-R1/SkyRL's ``reward_spec.ground_truth.target``, and optionally
-``evidence_ids`` (for evidence recall and relevance rewards) and ``id``. ``max_turns`` in the row
+``extras`` (the dataset row, read by :func:`searchenv.tasks.rows.example_from_row`): the question
+as ``question`` (or ``extra_info.question``), gold answers as ``answers`` or Search-R1/SkyRL's
+``reward_spec.ground_truth.target``, and optionally ``evidence_ids`` (for evidence recall and
+relevance rewards) and ``id``. ``max_turns`` in the row
 overrides the config's.
 
 ``init`` returns the protocol's own system and user messages for the question (the instructions
@@ -42,7 +43,7 @@ from typing import Any
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
 from searchenv.env import SearchQAEnv, episode_metrics
-from searchenv.tasks.base import QAExample
+from searchenv.tasks.rows import example_from_row
 
 #: The name :func:`register` registers by default.
 ENV_ID = "searchqa"
@@ -85,35 +86,6 @@ def _settings(env_config: Any) -> tuple[dict[str, Any], str]:
             _SETTINGS.clear()
         _SETTINGS[id(env_config)] = (env_config, config, key)  # holding the object keeps its id unique
     return config, key
-
-
-def example_from_row(extras: Mapping[str, Any]) -> QAExample:
-    """The question of a SkyRL dataset row (see the module docstring for the fields read).
-
-    Raises:
-        ValueError: If the row has no question or no gold answers (the message names the fields).
-    """
-    raw_info = extras.get("extra_info")
-    info: Mapping[str, Any] = raw_info if isinstance(raw_info, Mapping) else {}
-    question = extras.get("question", info.get("question"))
-    answers = extras.get("answers", info.get("answers"))
-    if answers is None:
-        spec = extras.get("reward_spec")
-        truth = spec.get("ground_truth") if isinstance(spec, Mapping) else None
-        answers = truth.get("target") if isinstance(truth, Mapping) else truth
-    if isinstance(answers, str):
-        answers = [answers]
-    if not isinstance(question, str) or not question.strip():
-        raise ValueError("dataset row has no question: give 'question' (or extra_info.question)")
-    if not answers:
-        raise ValueError("dataset row has no gold answers: give 'answers' or reward_spec.ground_truth.target")
-    evidence = extras.get("evidence_ids", info.get("evidence_ids", ()))
-    return QAExample(
-        id=str(extras.get("id", info.get("id", info.get("index", "row")))),
-        question=question,
-        answers=tuple(str(a) for a in answers),
-        evidence_ids=(evidence,) if isinstance(evidence, str) else tuple(str(e) for e in evidence or ()),
-    )
 
 
 class SearchQASkyRLEnv(BaseTextEnv):

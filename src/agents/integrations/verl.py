@@ -1,0 +1,137 @@
+"""verl: SearchQA-v0 episodes as a verl agent loop (``AgentLoopBase``, registered as ``searchqa_agent``).
+
+verl's agent loop workers instantiate the loop per sample and call ``run(sampling_params,
+**row)``; the loop talks to verl's generation servers (vLLM or SGLang) through
+``server_manager.generate(prompt_ids=...)`` with token ids in and token ids out. Each turn here:
+
+1. generate from the episode's token ids so far, with the protocol's stop strings (``stop``,
+   ``include_stop_str_in_output``) and at most ``max_new_tokens`` (bounded by what is left of
+   ``rollout.response_length``);
+2. hand the text (decoded, cut after the first stop string) to ``SearchQAEnv.prepare_step``,
+   search in a worker thread, ``finish_step``;
+3. append the generated ids as generated (``response_mask`` 1, their log-probs) and the
+   environment's reply encoded once (``response_mask`` 0, log-prob 0).
+
+The output's ``reward_score`` is the episode return under the reward preset (verl then skips its
+own reward function for these samples), and ``extra_fields`` carry ``searchenv_metrics``
+(:func:`searchenv.env.episode_metrics`) and ``searchenv_reward_terms`` (per-turn terms).
+
+Settings come from the trainer config's ``searchenv`` block (``+searchenv.retriever=...`` on the
+command line; see ``docs/verl_searchqa_grpo.yaml``): ``retriever`` (index folder or server URL),
+``corpus``, ``protocol``, ``reward``, ``top_k``, ``max_turns``, ``max_doc_chars``,
+``max_new_tokens``. Rows are those ``searchenv rows`` writes (the question, gold answers and
+evidence are read with :func:`searchenv.tasks.rows.example_from_row`). The environment objects
+are pooled per process, so the index is opened once.
+
+Needs ``verl`` (its own virtual environment: it pins its own transformers; see docs/engines.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from typing import Any
+from uuid import uuid4
+
+from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, register
+
+from searchenv.env import SearchQAEnv, episode_metrics, search_or_error
+from searchenv.tasks.rows import example_from_row
+
+_ENV_KEYS = frozenset({"retriever", "corpus", "protocol", "reward", "top_k", "max_turns", "max_doc_chars"})
+_lock = threading.Lock()
+_POOL: dict[str, list[SearchQAEnv]] = {}
+
+
+def _cut_at_stop(text: str, stop: tuple[str, ...]) -> str:
+    """``text`` up to and including the first stop string in it (as the environment must see the turn)."""
+    ends = [i + len(s) for s in stop if (i := text.find(s)) >= 0]
+    return text[: min(ends)] if ends else text
+
+
+@register("searchqa_agent")
+class SearchQAAgentLoop(AgentLoopBase):
+    """A verl agent loop that runs one SearchQA-v0 episode per sample (module docstring)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        settings = dict(self.config.get("searchenv", {}) or {})
+        self.max_new_tokens = int(settings.pop("max_new_tokens", 256))
+        unknown = set(settings) - _ENV_KEYS
+        if unknown:
+            raise ValueError(f"unknown searchenv setting(s) {sorted(unknown)}; known: "
+                             f"{sorted(_ENV_KEYS | {'max_new_tokens'})}")
+        self.env_settings = settings
+        self.response_length = int(self.rollout_config.response_length)
+
+    def _env(self, example: Any) -> tuple[str, SearchQAEnv]:
+        key = json.dumps(self.env_settings, sort_keys=True, default=repr)
+        with _lock:
+            free = _POOL.get(key)
+            if free:
+                return key, free.pop()
+            settings = dict(self.env_settings)
+            return key, SearchQAEnv([example], retriever=settings.pop("retriever", "bm25"), **settings)
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
+        """Run one episode for the row in ``kwargs`` with verl's generation servers."""
+        example = example_from_row(kwargs)
+        key, env = self._env(example)
+        try:
+            return await self._episode(env, example, sampling_params)
+        finally:
+            with _lock:
+                _POOL.setdefault(key, []).append(env)
+
+    async def _episode(self, env: SearchQAEnv, example: Any, sampling_params: dict[str, Any]) -> AgentLoopOutput:
+        loop = asyncio.get_running_loop()
+        env.reset(options={"example": example})
+        prompt_ids = list(await self.ct_build_initial_tokens(env.messages()[:2]))
+        stop = tuple(env.protocol.stop)
+        response_ids: list[int] = []
+        response_mask: list[int] = []
+        logprobs: list[float] = []
+        reward_terms: list[dict[str, float]] = []
+        final: dict[str, Any] | None = None
+        turns = 0
+        while final is None:
+            budget = min(self.max_new_tokens, self.response_length - len(response_ids))
+            if budget < 1:  # the response budget is spent: end unanswered
+                final = env.end_episode("response_length")
+                break
+            params = {**sampling_params, "stop": list(stop), "include_stop_str_in_output": True, "max_tokens": budget}
+            out = await self.server_manager.generate(request_id=uuid4().hex, prompt_ids=prompt_ids + response_ids,
+                                                     sampling_params=params)
+            ids = [int(t) for t in out.token_ids][:budget]
+            text = _cut_at_stop(self.tokenizer.decode(ids, skip_special_tokens=True), stop)
+            response_ids += ids
+            response_mask += [1] * len(ids)
+            lps = list(out.log_probs or [])[: len(ids)]
+            logprobs += [float(x) for x in lps] + [0.0] * (len(ids) - len(lps))
+            turns += 1
+            request = env.prepare_step(text)
+            hits = None
+            if request.queries:
+                hits = await loop.run_in_executor(None, search_or_error, env.retriever, request.queries, env.top_k)
+            _, _, terminated, truncated, info = env.finish_step(request, hits)
+            reward_terms.append(dict(info["reward_terms"]))
+            if terminated or truncated:
+                final = info
+                break
+            env_ids = self.tokenizer.encode(info["new_text"], add_special_tokens=False) if info["new_text"] else []
+            response_ids += env_ids
+            response_mask += [0] * len(env_ids)
+            logprobs += [0.0] * len(env_ids)
+        n = self.response_length
+        metrics = episode_metrics(final)
+        return AgentLoopOutput(
+            prompt_ids=prompt_ids,
+            response_ids=response_ids[:n],
+            response_mask=response_mask[:n],
+            response_logprobs=logprobs[:n],
+            reward_score=float(final["episode"]["return"]),
+            num_turns=2 * turns,
+            metrics={},
+            extra_fields={"searchenv_metrics": metrics, "searchenv_reward_terms": reward_terms},
+        )

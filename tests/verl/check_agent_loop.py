@@ -1,0 +1,143 @@
+"""The verl agent loop against the real verl package (run in .venv-verl by tests/test_verl.py).
+
+The file name does not start with ``test_``, so the main suite (without verl) does not collect
+it. The only stand-in is verl's generation server manager (vLLM/SGLang need a GPU): a scripted
+one that plays search-then-answer from the token ids it is given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from omegaconf import OmegaConf
+from tests.conftest import DOCS, EXAMPLES
+from tests.tiny_model import build_tiny_tokenizer
+from verl.experimental.agent_loop.agent_loop import DictConfigWrap, _agent_loop_registry
+from verl.workers.rollout.replica import TokenOutput
+
+from agents.integrations.verl import SearchQAAgentLoop
+from searchenv.env import SearchQAEnv
+from searchenv.retrievers.bm25 import BM25Retriever
+from searchenv.tasks.rows import task_rows
+
+TOBIN = next(ex for ex in EXAMPLES if ex.question == "Where was Tobin Quenn born?")
+
+
+class ScriptedServer:
+    """Stands in for verl's server manager: search the question once, then answer; records requests."""
+
+    def __init__(self, tokenizer: Any, answer: str = "Karsk") -> None:
+        self.tokenizer = tokenizer
+        self.answer = answer
+        self.requests: list[dict[str, Any]] = []
+
+    async def generate(self, *, request_id: str, prompt_ids: list[int], sampling_params: dict[str, Any],
+                       **kwargs: Any) -> TokenOutput:
+        self.requests.append({"prompt_ids": list(prompt_ids), "sampling_params": dict(sampling_params)})
+        context = self.tokenizer.decode(prompt_ids)
+        after = context.split("Question:")[-1]
+        text = f"<search> {TOBIN.question} </search>" if "<information>" not in after else \
+            f"<answer> {self.answer} </answer>"
+        ids = self.tokenizer.encode(text, add_special_tokens=False)[: sampling_params["max_tokens"]]
+        return TokenOutput(token_ids=ids, log_probs=[-0.25] * len(ids))
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory: pytest.TempPathFactory) -> str:
+    folder = tmp_path_factory.mktemp("verl") / "idx"
+    BM25Retriever.build(DOCS, folder)
+    return str(folder)
+
+
+def _run(loop: SearchQAAgentLoop, params: dict[str, Any], row: dict[str, Any]) -> Any:
+    return loop.loop.run_until_complete(loop.run(params, **row))  # verl runs a loop on the loop it was built on
+
+
+def _loop(index: str, tokenizer: Any, server: ScriptedServer, response_length: int = 512) -> SearchQAAgentLoop:
+    asyncio.set_event_loop(asyncio.new_event_loop())
+    config = OmegaConf.create({
+        "actor_rollout_ref": {"rollout": {"prompt_length": 1024, "response_length": response_length}},
+        "searchenv": {"retriever": index, "max_turns": 3, "top_k": 2, "max_new_tokens": 64},
+    })
+    return SearchQAAgentLoop(trainer_config=DictConfigWrap(config), server_manager=server, tokenizer=tokenizer,
+                             processor=None, dataset_cls=None, data_config=DictConfigWrap(OmegaConf.create({})))
+
+
+def test_registered_for_verl() -> None:
+    assert _agent_loop_registry["searchqa_agent"] == {"_target_": "agents.integrations.verl.SearchQAAgentLoop"}
+
+
+def test_episode_is_token_exact_masked_and_scored_by_searchenv(index: str) -> None:
+    tokenizer = build_tiny_tokenizer()
+    server = ScriptedServer(tokenizer)
+    loop = _loop(index, tokenizer, server)
+    [row] = task_rows([TOBIN], data_source="searchenv/test", split="train")
+    out = _run(loop, {"temperature": 1.0, "top_p": 1.0, "logprobs": True}, row)
+
+    plain = SearchQAEnv([TOBIN], retriever=index, max_turns=3, top_k=2)
+    plain.reset(options={"index": 0})
+    want = tokenizer.apply_chat_template(plain.messages()[:2], add_generation_prompt=True, tokenize=True)
+    want = want["input_ids"] if hasattr(want, "keys") else want
+    assert out.prompt_ids == list(want)
+    search, answer = f"<search> {TOBIN.question} </search>", "<answer> Karsk </answer>"
+    _, r1, _, _, info1 = plain.step(search)
+    _, r2, done, _, _ = plain.step(answer)
+    assert done and out.reward_score == pytest.approx(float(r1) + float(r2))
+    gen = [t for t, m in zip(out.response_ids, out.response_mask, strict=True) if m == 1]
+    env = [t for t, m in zip(out.response_ids, out.response_mask, strict=True) if m == 0]
+    encode = tokenizer.encode
+    assert gen == encode(search, add_special_tokens=False) + encode(answer, add_special_tokens=False)
+    assert env == tokenizer.encode(info1["new_text"], add_special_tokens=False)  # the reply, encoded once
+    assert [lp for lp, m in zip(out.response_logprobs, out.response_mask, strict=True) if m == 1] == [-0.25] * len(gen)
+    assert all(lp == 0.0 for lp, m in zip(out.response_logprobs, out.response_mask, strict=True) if m == 0)
+    assert out.extra_fields["searchenv_metrics"]["em"] == 1.0 and out.num_turns == 4
+    # every request continued the episode's own ids and asked for the protocol's stop strings
+    first, second = server.requests
+    assert second["prompt_ids"] == out.prompt_ids + out.response_ids[: len(second["prompt_ids"]) - len(out.prompt_ids)]
+    assert first["sampling_params"]["stop"] == ["</search>", "</answer>"]
+    assert first["sampling_params"]["include_stop_str_in_output"] is True
+    assert first["sampling_params"]["max_tokens"] == 64
+
+
+def test_the_response_budget_ends_the_episode_unanswered(index: str) -> None:
+    tokenizer = build_tiny_tokenizer()
+    loop = _loop(index, tokenizer, ScriptedServer(tokenizer), response_length=20)
+    [row] = task_rows([TOBIN], data_source="searchenv/test", split="train")
+    out = _run(loop, {"temperature": 1.0}, row)
+    assert len(out.response_ids) <= 20 and len(out.response_mask) == len(out.response_ids)
+    assert out.extra_fields["searchenv_metrics"]["answered"] == 0.0
+
+
+def test_environments_are_pooled_and_settings_checked(index: str, tmp_path: Path) -> None:
+    from agents.integrations import verl as adapter
+
+    tokenizer = build_tiny_tokenizer()
+    loop = _loop(index, tokenizer, ScriptedServer(tokenizer))
+    [row] = task_rows([TOBIN], data_source="searchenv/test", split="train")
+    _run(loop, {}, row)
+    pooled = [env for envs in adapter._POOL.values() for env in envs]
+    _run(loop, {}, row)
+    assert [env for envs in adapter._POOL.values() for env in envs] == pooled  # reused, not rebuilt
+    bad = OmegaConf.create({"actor_rollout_ref": {"rollout": {"prompt_length": 8, "response_length": 8}},
+                            "searchenv": {"retriever": index, "topk": 3}})
+    with pytest.raises(ValueError, match="unknown searchenv setting"):
+        SearchQAAgentLoop(trainer_config=DictConfigWrap(bad), server_manager=None, tokenizer=tokenizer,
+                          processor=None, dataset_cls=None, data_config=DictConfigWrap(OmegaConf.create({})))
+
+
+def test_the_shipped_grpo_config_composes_with_verls_own_configs() -> None:
+    import hydra.utils
+    from hydra import compose, initialize_config_dir
+
+    docs = Path(__file__).resolve().parents[2] / "docs" / "verl"
+    with initialize_config_dir(config_dir=str(docs), version_base=None):
+        cfg = compose(config_name="searchqa_grpo")
+    assert cfg.algorithm.adv_estimator == "grpo" and cfg.data.return_raw_chat
+    assert cfg.actor_rollout_ref.rollout.agent.default_agent_loop == "searchqa_agent"
+    assert cfg.searchenv.reward == "r3-rag" and "ppo_mini_batch_size" in cfg.actor_rollout_ref.actor
+    [entry] = OmegaConf.load(docs / "agent_loops.yaml")
+    assert entry.name == "searchqa_agent"
+    assert hydra.utils.get_class(entry._target_) is SearchQAAgentLoop

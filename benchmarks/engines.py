@@ -11,7 +11,11 @@ answer) run through:
 - ``trl-rollout``: :class:`agents.integrations.trl.SearchQARollout` (``rollout_func``) with a
   scripted token-level policy (SmolLM2's tokenizer); its overhead is the call's time minus the
   rollout engine's own wall time inside it (the prompt lookup and the conversion to TRL's
-  fields), compared with the engine's environment + retrieval seconds of the same call.
+  fields), compared with the engine's environment + retrieval seconds of the same call;
+- ``verl``: :class:`agents.integrations.verl.SearchQAAgentLoop` in ``.venv-verl``
+  (``benchmarks/engines_verl.py``) with a scripted stand-in for verl's generation server, whose time
+  is left out; reported with and without the tokenizing the loop must do (chat template, decoding
+  each turn, encoding each reply).
 
 Repeats are interleaved and the median is reported; the goal is an overhead under 5% of the
 environment + retrieval time. The load average is recorded before and after.
@@ -121,6 +125,19 @@ def run_tools(make_env: Any, examples: Sequence[QAExample]) -> float:
     return time.perf_counter() - start
 
 
+def verl_overhead(index: str, n: int, repeats: int) -> dict[str, list[float]] | None:
+    """Run benchmarks/engines_verl.py in .venv-verl (verl pins its own transformers); None without it."""
+    import json
+    import subprocess
+
+    python = Path(__file__).resolve().parents[1] / ".venv-verl" / "bin" / "python"
+    if not python.exists():
+        return None
+    proc = subprocess.run([str(python), str(Path(__file__).with_name("engines_verl.py")), "--n", str(n),
+                           "--repeats", str(repeats), "--index", index], capture_output=True, text=True, check=True)
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
 def ray_throughput(here: str, index: str, examples: Sequence[QAExample], steps: int,
                    repeats: int) -> dict[str, list[float]]:
     """Episodes per second through :class:`~agents.integrations.ray.RayVectorEnv` with 1 and 2 actors."""
@@ -197,6 +214,7 @@ def main() -> None:
         times["engine"].append(stats.wall_seconds)
         adapter.append(times["trl-rollout"][-1] - stats.wall_seconds)
         env_retrieval.append(stats.environment_seconds + stats.retrieval_seconds)
+    verl = verl_overhead(index, args.n, args.repeats)
     ray_rows = ray_throughput(str(Path(__file__).resolve().parent), index, examples, args.ray_steps,
                               args.repeats) if args.ray_steps else {}
     load_after = os.getloadavg()
@@ -225,6 +243,16 @@ def main() -> None:
         f"{per_ep['engine']:.3f} | {100 * rows['trl-rollout']:+.1f}% | "
         f"{'met' if rows['trl-rollout'] < 0.05 else 'not met'} |",
     ])
+    if verl:
+        med_v = {k: 1000 * statistics.median(verl[k]) / args.n for k in ("plain", "verl", "server", "tokenize")}
+        rows["verl"] = verl["median_overhead"][0]
+        rows["verl-beyond-tokenizing"] = verl["median_overhead_beyond_tokenizing"][0]
+        table += "\n" + (
+            f"| verl `SearchQAAgentLoop` (in .venv-verl; stand-in server's time left out) | "
+            f"{med_v['verl'] - med_v['server']:.3f} | {med_v['plain']:.3f} | {100 * rows['verl']:+.0f}% "
+            f"({100 * rows['verl-beyond-tokenizing']:+.0f}% beyond the {med_v['tokenize']:.3f} ms of tokenizing "
+            f"the loop must do) | not met |"
+        )
     if ray_rows:
         one, two = statistics.median(ray_rows["1x64"]), statistics.median(ray_rows["2x32"])
         table += "\n".join([
@@ -234,6 +262,7 @@ def main() -> None:
             f"| 1 actor x 64 envs | {one:.0f} | 1.00x |", f"| 2 actors x 32 envs | {two:.0f} | {two / one:.2f}x |",
         ])
     write_results("engines", {"n": args.n, "repeats": args.repeats, "seconds": times, "ray_episodes_per_s": ray_rows,
+                              "verl_seconds": verl,
                               "engine_env_retrieval_seconds": env_retrieval, "trl_adapter_seconds": adapter,
                               "overhead": rows,
                               "load_before": load_before, "load_after": load_after}, table)

@@ -8,7 +8,10 @@ verl's agent loop workers instantiate the loop per sample and call ``run(samplin
    ``include_stop_str_in_output``) and at most ``max_new_tokens`` (bounded by what is left of
    ``rollout.response_length``);
 2. hand the text (decoded, cut after the first stop string) to ``SearchQAEnv.prepare_step``,
-   search in a worker thread, ``finish_step``;
+   search, ``finish_step``; the search runs in a worker thread so a slow retriever (a server, a
+   dense encoder) does not hold up the other episodes on verl's event loop, except for an
+   in-memory BM25 index (sub-millisecond searches, cheaper inline than the thread hop;
+   ``search_in_thread`` overrides);
 3. append the generated ids as generated (``response_mask`` 1, their log-probs) and the
    environment's reply encoded once (``response_mask`` 0, log-prob 0).
 
@@ -19,7 +22,7 @@ own reward function for these samples), and ``extra_fields`` carry ``searchenv_m
 Settings come from the trainer config's ``searchenv`` block (``+searchenv.retriever=...`` on the
 command line; see ``docs/verl_searchqa_grpo.yaml``): ``retriever`` (index folder or server URL),
 ``corpus``, ``protocol``, ``reward``, ``top_k``, ``max_turns``, ``max_doc_chars``,
-``max_new_tokens``. Rows are those ``searchenv rows`` writes (the question, gold answers and
+``max_new_tokens``, ``search_in_thread``. Rows are those ``searchenv rows`` writes (the question, gold answers and
 evidence are read with :func:`searchenv.tasks.rows.example_from_row`). The environment objects
 are pooled per process, so the index is opened once.
 
@@ -40,6 +43,7 @@ from searchenv.env import SearchQAEnv, episode_metrics, search_or_error
 from searchenv.tasks.rows import example_from_row
 
 _ENV_KEYS = frozenset({"retriever", "corpus", "protocol", "reward", "top_k", "max_turns", "max_doc_chars"})
+_LOOP_KEYS = frozenset({"max_new_tokens", "search_in_thread"})
 _lock = threading.Lock()
 _POOL: dict[str, list[SearchQAEnv]] = {}
 
@@ -58,10 +62,10 @@ class SearchQAAgentLoop(AgentLoopBase):
         super().__init__(*args, **kwargs)
         settings = dict(self.config.get("searchenv", {}) or {})
         self.max_new_tokens = int(settings.pop("max_new_tokens", 256))
+        self.search_in_thread: bool | None = settings.pop("search_in_thread", None)
         unknown = set(settings) - _ENV_KEYS
         if unknown:
-            raise ValueError(f"unknown searchenv setting(s) {sorted(unknown)}; known: "
-                             f"{sorted(_ENV_KEYS | {'max_new_tokens'})}")
+            raise ValueError(f"unknown searchenv setting(s) {sorted(unknown)}; known: {sorted(_ENV_KEYS | _LOOP_KEYS)}")
         self.env_settings = settings
         self.response_length = int(self.rollout_config.response_length)
 
@@ -73,6 +77,14 @@ class SearchQAAgentLoop(AgentLoopBase):
                 return key, free.pop()
             settings = dict(self.env_settings)
             return key, SearchQAEnv([example], retriever=settings.pop("retriever", "bm25"), **settings)
+
+    def _in_thread(self, env: SearchQAEnv) -> bool:
+        """Search in a worker thread unless told otherwise; by default inline only for an in-memory BM25 index."""
+        if self.search_in_thread is not None:
+            return bool(self.search_in_thread)
+        from searchenv.retrievers.bm25 import BM25Retriever
+
+        return not isinstance(env.retriever, BM25Retriever)
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         """Run one episode for the row in ``kwargs`` with verl's generation servers."""
@@ -112,8 +124,10 @@ class SearchQAAgentLoop(AgentLoopBase):
             turns += 1
             request = env.prepare_step(text)
             hits = None
-            if request.queries:
+            if request.queries and self._in_thread(env):  # do not hold up the other episodes on this event loop
                 hits = await loop.run_in_executor(None, search_or_error, env.retriever, request.queries, env.top_k)
+            elif request.queries:
+                hits = search_or_error(env.retriever, request.queries, env.top_k)
             _, _, terminated, truncated, info = env.finish_step(request, hits)
             reward_terms.append(dict(info["reward_terms"]))
             if terminated or truncated:

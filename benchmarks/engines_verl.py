@@ -2,8 +2,10 @@
 
 The same scripted synthetic-2hop episodes (search the question twice, answer) through
 :class:`agents.integrations.verl.SearchQAAgentLoop`, with a scripted stand-in for verl's
-generation server (its time is measured and left out), against a plain ``SearchQAEnv`` loop in the
-same process. Prints one JSON object: seconds per repeat of each, and of the stand-in.
+generation server (its time is measured and left out), against a plain ``SearchQAEnv`` loop and
+against this package's rollout engine running the same token-level episodes (its time outside
+generation: prompts, parsing, retrieval, encoding replies), in the same process. Prints one JSON
+object: seconds per repeat of each, and of the stand-in.
 
 Usage: .venv-verl/bin/python benchmarks/engines_verl.py --n 200 --repeats 5
 """
@@ -78,7 +80,13 @@ def main() -> None:
         for row in rows:
             await loop.run({"temperature": 1.0}, **row)
 
-    out: dict[str, list[float]] = {"plain": [], "verl": [], "server": [], "tokenize": []}
+    from agents.rollout import rollout
+    from engines import ScriptedTokens
+
+    policy = ScriptedTokens(tokenizer)
+    engine_env = SearchQAEnv(examples, retriever=args.index, max_turns=4)
+    out: dict[str, list[float]] = {k: [] for k in ("plain", "verl", "server", "tokenize",
+                                                    "engine_outside_generation", "engine_env_retrieval")}
     for _ in range(args.repeats):
         start = time.perf_counter()
         for ex in examples:
@@ -104,8 +112,16 @@ def main() -> None:
                 if new_text:
                     tokenizer.encode(new_text, add_special_tokens=False)
         out["tokenize"].append(time.perf_counter() - start - out["plain"][-1])
+        # the same token-level episodes through this package's own rollout engine (the reference loop)
+        batch = rollout(policy, examples, env=engine_env, group_size=1, max_new_tokens=128, seed=0)
+        stats = batch.stats
+        out["engine_outside_generation"].append(stats.wall_seconds - stats.generation_seconds)
+        out["engine_env_retrieval"].append(stats.environment_seconds + stats.retrieval_seconds)
     out["median_overhead"] = [statistics.median(
         (v - s - p) / p for v, s, p in zip(out["verl"], out["server"], out["plain"], strict=True))]
+    out["median_overhead_vs_engine"] = [statistics.median(
+        (v - s - e) / r for v, s, e, r in zip(out["verl"], out["server"], out["engine_outside_generation"],
+                                              out["engine_env_retrieval"], strict=True))]
     out["median_overhead_beyond_tokenizing"] = [statistics.median(
         (v - s - p - t) / p for v, s, p, t in zip(out["verl"], out["server"], out["plain"], out["tokenize"],
                                                   strict=True))]

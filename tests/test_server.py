@@ -237,6 +237,16 @@ def test_concurrent_requests_share_one_search_call() -> None:
     assert sum(len(q) for q, _ in fake.calls) == 21
 
 
+def test_without_a_window_requests_arriving_during_a_search_form_the_next_batch() -> None:
+    fake = RecordingRetriever(delay=0.05)
+    app = create_app(fake)  # default: no waiting window; an idle worker searches at once
+    bodies: list[dict[str, object]] = [{"queries": [f"q{i}"], "topk": 1} for i in range(12)]
+    responses = asyncio.run(_concurrent(app, bodies))
+    assert [r.json()["result"][0][0]["id"] for r in responses] == [f"q{i}#0" for i in range(12)]
+    assert len(fake.calls) <= 3, fake.calls  # 12 requests: the first search, then what queued meanwhile
+    assert sum(len(q) for q, _ in fake.calls) == 12
+
+
 def test_different_k_are_separate_calls_in_one_batch() -> None:
     fake = RecordingRetriever()
     app = create_app(fake, batch_window_ms=30)

@@ -95,7 +95,9 @@ def serve(
     max_topk: Annotated[int, typer.Option(help="Largest topk.", min=1)] = 100,
     max_query_chars: Annotated[int, typer.Option(help="Longest query in characters.", min=1)] = 2048,
     max_body_bytes: Annotated[int, typer.Option(help="Largest request body in bytes.", min=1)] = 2 * 1024 * 1024,
-    batch_window_ms: Annotated[float, typer.Option(help="Micro-batching window (ms).", min=0, max=1000)] = 3.0,
+    batch_window_ms: Annotated[float, typer.Option(
+        help="How long an idle search worker waits for more requests (ms); 0 searches at once, and requests "
+        "arriving during a search form the next batch.", min=0, max=1000)] = 0.0,
     max_batch: Annotated[int, typer.Option(help="Most queries per search call.", min=1)] = 256,
     micro_batch: Annotated[bool, typer.Option(help="Gather concurrent requests into one search call.")] = True,
     cache_size: Annotated[int, typer.Option(help="Keep this many (query, k) results in memory (0: off).", min=0)] = 0,

@@ -24,9 +24,10 @@ Run the app with :func:`uvicorn_config` (``searchenv serve`` does): it adds conn
 (:class:`ConnectionLimits`) that uvicorn lacks, so idle, slow or too many connections cannot
 exhaust the server's file descriptors and ``/health`` keeps answering.
 
-Concurrent requests are gathered by a :class:`MicroBatcher`: the first request waits a short
-window (default 3 ms) for others, then all their queries go to the retriever in one
-``search_batch`` call per distinct ``k``, on a worker thread so the event loop never blocks.
+Concurrent requests are gathered by a :class:`MicroBatcher`: an idle search worker takes the
+waiting requests at once (no waiting window by default, so one client sees no added latency), and
+the requests that arrive while a search runs are gathered into the next call, one
+``search_batch`` per distinct ``k``, on a worker thread so the event loop never blocks.
 
 Every limit (body size, queries per request, ``topk``, query length) and every malformed request
 (bad JSON, nesting deeper than 64, integers over 4,300 digits) is answered with a 4xx status and
@@ -135,14 +136,15 @@ class MicroBatcher:
 
     Attributes:
         retriever: The retriever to call.
-        window_s: How long the first request of a batch waits for company, in seconds.
+        window_s: How long the first request of a batch waits for company, in seconds (0: it is
+            searched at once; requests that arrive while a search runs form the next batch).
         max_batch: Most queries gathered into one call (a larger request is searched alone).
         enabled: Gather requests; if false, one ``search_batch`` per request.
         workers: Threads that run searches.
     """
 
     retriever: Retriever
-    window_s: float = 0.003
+    window_s: float = 0.0
     max_batch: int = 256
     enabled: bool = True
     workers: int = 1
@@ -199,6 +201,8 @@ class MicroBatcher:
         while True:
             batch = [await queue.get()]
             size = len(batch[0].queries)
+            # This worker is idle, so nothing is gained by making the request wait: search what is
+            # queued now; requests that arrive while the search runs queue up and form the next batch.
             if size < self.max_batch and self.window_s > 0:
                 await asyncio.sleep(self.window_s)
             while size < self.max_batch and not queue.empty():
@@ -352,7 +356,7 @@ def create_app(
     token: str | None = None,
     limits: ServerLimits | None = None,
     default_topk: int = 3,
-    batch_window_ms: float = 3.0,
+    batch_window_ms: float = 0.0,
     max_batch: int = 256,
     micro_batch: bool = True,
     workers: int = 1,
@@ -367,7 +371,7 @@ def create_app(
         token: Bearer token required on every route (printable ASCII); ``None`` or empty for none.
         limits: Request limits (default :class:`ServerLimits`).
         default_topk: ``topk`` when a request gives none (Search-R1 serves 3 by default).
-        batch_window_ms: Micro-batching window in milliseconds.
+        batch_window_ms: How long an idle worker waits for more requests, in milliseconds (0: none).
         max_batch: Most queries per ``search_batch`` call.
         micro_batch: Gather concurrent requests; if false, one search per request.
         workers: Search threads (more than one only for thread-safe retrievers).

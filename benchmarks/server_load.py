@@ -20,7 +20,7 @@ unit vectors instead of embeddings (rankings are meaningless), while the server 
 packaged encoder and encodes every query with it and searches the 100,000 x 384 flat index.
 Client and server share the machine's cores, so the client's own cost is part of the numbers.
 
-Usage: python benchmarks/server_load.py [--passages 100000] [--clients 200] [--duration 30]
+Usage: python benchmarks/server_load.py [--passages 100000] [--clients 1 16 64 200] [--duration 30]
        [--warmup 3] [--kind bm25|dense] [--modes batched per-request]
 """
 
@@ -284,7 +284,8 @@ async def load(url: str, queries: list[str], clients: int, warmup: float, durati
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--passages", type=int, default=100_000)
-    ap.add_argument("--clients", type=int, default=200)
+    ap.add_argument("--clients", type=int, nargs="+", default=[200],
+                    help="concurrent clients; several values run one after another (both modes each)")
     ap.add_argument("--duration", type=float, default=30.0)
     ap.add_argument("--warmup", type=float, default=3.0)
     ap.add_argument("--topk", type=int, default=3)
@@ -301,27 +302,32 @@ def main() -> None:
         print(f"built {args.kind} index of {n_docs:,} passages in {build_s:.1f} s", flush=True)
         queries = make_queries(folder, 20_000)
         runs: dict[str, dict[str, Any]] = {}
-        for mode in args.modes:
-            load_before = round(os.getloadavg()[0], 2)
-            with Server(folder, micro_batch=(mode == "batched")) as server:
-                server_cpu0, client_cpu0 = server.cpu_seconds(), time.process_time()
-                res = asyncio.run(load(server.url, queries, args.clients, args.warmup, args.duration, args.topk,
-                                       args.client))
-                server_cpu1, client_cpu1 = server.cpu_seconds(), time.process_time()
-                res["server"] = server.health()["micro_batch"]
-            if server_cpu0 is not None and server_cpu1 is not None:
-                res["server_cpu_s"] = round(server_cpu1 - server_cpu0, 2)
-            res["client_cpu_s"] = round(client_cpu1 - client_cpu0, 2)
-            res["load_average_1min_before"] = load_before
-            res["load_average_1min_after"] = round(os.getloadavg()[0], 2)
-            runs[mode] = res
-            lat = res["latency_ms"]
-            print(f"{mode}: {res['requests_per_s']:.0f} req/s, p50 {lat['p50']:.1f} ms, p99 {lat['p99']:.1f} ms, "
-                  f"{res['errors']} errors, mean batch {res['server']['mean_batch']:.1f}", flush=True)
+        for clients in args.clients:
+            for mode in args.modes:
+                load_before = round(os.getloadavg()[0], 2)
+                with Server(folder, micro_batch=(mode == "batched")) as server:
+                    server_cpu0, client_cpu0 = server.cpu_seconds(), time.process_time()
+                    res = asyncio.run(load(server.url, queries, clients, args.warmup, args.duration, args.topk,
+                                           args.client))
+                    server_cpu1, client_cpu1 = server.cpu_seconds(), time.process_time()
+                    res["server"] = server.health()["micro_batch"]
+                if server_cpu0 is not None and server_cpu1 is not None:
+                    res["server_cpu_s"] = round(server_cpu1 - server_cpu0, 2)
+                res["client_cpu_s"] = round(client_cpu1 - client_cpu0, 2)
+                res["clients"] = clients
+                res["load_average_1min_before"] = load_before
+                res["load_average_1min_after"] = round(os.getloadavg()[0], 2)
+                runs[f"{mode}@{clients}"] = res
+                lat = res["latency_ms"]
+                print(f"{mode} x{clients}: {res['requests_per_s']:.0f} req/s, p50 {lat['p50']:.1f} ms, "
+                      f"p99 {lat['p99']:.1f} ms, {res['errors']} errors, mean batch {res['server']['mean_batch']:.1f}",
+                      flush=True)
 
-    ratio = None
-    if "batched" in runs and "per-request" in runs and runs["per-request"]["requests_per_s"]:
-        ratio = runs["batched"]["requests_per_s"] / runs["per-request"]["requests_per_s"]
+    ratios = {}
+    for clients in args.clients:
+        b, p = runs.get(f"batched@{clients}"), runs.get(f"per-request@{clients}")
+        if b and p and p["requests_per_s"]:
+            ratios[clients] = b["requests_per_s"] / p["requests_per_s"]
     data = {
         "kind": args.kind,
         "passages": n_docs,
@@ -333,26 +339,28 @@ def main() -> None:
         "host": HOST,
         "client": args.client,
         "runs": runs,
-        "batched_over_per_request": ratio,
+        "batched_over_per_request": {str(c): r for c, r in ratios.items()},
         "zero_errors": all(r["errors"] == 0 for r in runs.values()),
         "command": "python benchmarks/server_load.py " + " ".join(sys.argv[1:]),
     }
     rows = []
-    for mode, r in runs.items():
+    for key, r in runs.items():
+        mode = key.split("@")[0]
         lat = r["latency_ms"]
         rows.append(
-            f"| {mode} | {r['requests_per_s']:,.0f} | {lat['p50']:.1f} | {lat['p99']:.1f} | {r['errors']} | "
-            f"{r['server']['mean_batch']:.1f} | {r.get('server_cpu_s', '?')} / {r['client_cpu_s']} | "
+            f"| {r['clients']} | {mode} | {r['requests_per_s']:,.0f} | {lat['p50']:.1f} | {lat['p99']:.1f} | "
+            f"{r['errors']} | {r['server']['mean_batch']:.1f} | {r.get('server_cpu_s', '?')} / {r['client_cpu_s']} | "
             f"{r['load_average_1min_before']} |"
         )
     table = (
         f"`searchenv serve` on {HOST}, {args.kind} index of {n_docs:,} generated passages, "
-        f"{args.clients} concurrent clients for {args.duration:g} s (after {args.warmup:g} s warm-up), "
-        f"one query per request, topk {args.topk}, {args.client} client\n\n"
-        "| serving | requests/s | p50 latency (ms) | p99 latency (ms) | errors | queries per search call | "
-        "CPU s server / client | load avg before |\n|---|---:|---:|---:|---:|---:|---:|---:|\n"
+        f"{' / '.join(str(c) for c in args.clients)} concurrent clients for {args.duration:g} s each (after "
+        f"{args.warmup:g} s warm-up), one query per request, topk {args.topk}, {args.client} client\n\n"
+        "| clients | serving | requests/s | p50 latency (ms) | p99 latency (ms) | errors | queries per search call | "
+        "CPU s server / client | load avg before |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|\n"
         + "\n".join(rows) + "\n"
-        + (f"\nMicro-batched / one search per request: **{ratio:.2f}x** requests/s.\n" if ratio else "")
+        + "".join(f"\nMicro-batched / one search per request with {c} client{'s' if c > 1 else ''}: "
+                  f"**{r:.2f}x** requests/s." for c, r in ratios.items()) + "\n"
         + f"\nCommand: `{data['command'].rstrip()}`"
     )
     write_results(args.name, data, table)

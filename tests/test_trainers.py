@@ -268,3 +268,31 @@ def test_sft_names_the_bad_line_of_a_demonstrations_file(tmp_path: Path, qa_file
     cfg = _sft_cfg(tmp_path, qa_file, corpus_file, demos=str(demos))
     with pytest.raises(ValueError, match=r"demos\.jsonl:2: not valid UTF-8"):
         train_sft(cfg, policy=tiny_policy(seed=0))
+
+
+def _half_flat_reward(ctx: Any) -> tuple[float, dict[str, float]]:
+    """No signal for q1 and q2 (always 0); a length-dependent reward, which sampling varies, for the others."""
+    value = 0.0 if ctx.example.id in ("q1", "q2") else float(len(ctx.text) % 3)
+    return value, {"toy": value}
+
+
+def test_dynamic_sampling_keeps_only_groups_with_signal(tmp_path: Path, qa_file: Path, corpus_file: Path) -> None:
+    from agents.trainers.grpo import GRPOConfig, train_grpo
+
+    seen: list[tuple[int, int]] = []
+    cfg = _grpo_cfg(tmp_path, qa_file, corpus_file, steps=2, batch_size=2, group_size=4, dynamic_sampling=True,
+                    max_sampling_rounds=4, max_new_tokens=6)
+    train_grpo(cfg, policy=tiny_policy(seed=0), reward=_half_flat_reward,
+               on_step=lambda step, trained, m, p: seen.append((len(trained), m["groups"])))
+    recs = read_metrics(cfg.output_dir)
+    for rec in recs:
+        assert rec["zero_variance_groups"] == 0  # never a group without signal in the batch
+        assert rec["groups"] == 2 and rec["dropped_groups"] >= 0 and 1 <= rec["sampling_rounds"] <= 4
+    assert any(r["dropped_groups"] > 0 for r in recs)  # q1/q2 came up and were replaced
+    assert all(0 < n <= 8 and groups == 2 for n, groups in seen)  # at most 2 groups x 4 samples each step
+    plain = _grpo_cfg(tmp_path / "plain", qa_file, corpus_file, steps=2, batch_size=2, group_size=4,
+                      max_new_tokens=6)
+    train_grpo(plain, policy=tiny_policy(seed=0), reward=_half_flat_reward)
+    assert any(r["zero_variance_groups"] > 0 for r in read_metrics(plain.output_dir))  # without it they stay
+    with pytest.raises(ValueError, match="max_sampling_rounds"):
+        GRPOConfig(max_sampling_rounds=0)

@@ -6,7 +6,10 @@ episode's return into a group-relative advantage, and take ``epochs`` x ``miniba
 optimizer steps on the token-level clipped surrogate over the policy's own tokens only
 (retrieved documents are masked out), plus ``kl_coef`` times a ``k3`` estimate of the KL to the
 frozen reference policy. Episodes hit by a retriever failure (``infra_error``) are dropped from
-the gradient and counted.
+the gradient and counted. With ``dynamic_sampling`` (DAPO), groups whose returns are all equal
+(no gradient signal) are dropped and more questions are rolled out, up to
+``max_sampling_rounds`` rounds, until ``batch_size`` groups with signal are kept; ``clip_high``
+above ``clip_low`` is DAPO's clip-higher.
 
 Read top to bottom: config, then :func:`train_grpo`.
 """
@@ -58,6 +61,14 @@ class GRPOConfig(RLConfig):
     scale_rewards: str = field(
         default="group", metadata=_help("Advantage scaling: group (GRPO) | batch | none (Dr. GRPO).")
     )
+    dynamic_sampling: bool = field(
+        default=False,
+        metadata=_help("DAPO dynamic sampling: drop groups whose returns are all equal (no gradient) and roll "
+                       "out more questions until batch_size groups with signal are kept."),
+    )
+    max_sampling_rounds: int = field(
+        default=4, metadata=_help("Rollout rounds per step at most with dynamic_sampling (then train on what is kept).")
+    )
 
     @property
     def episodes_per_step(self) -> int:
@@ -69,6 +80,9 @@ class GRPOConfig(RLConfig):
         if isinstance(self.group_size, bool) or not isinstance(self.group_size, int) or self.group_size < 2:
             raise ValueError(f"group_size must be >= 2 for group-relative advantages, got {self.group_size!r}")
         super().__post_init__()
+        if isinstance(self.max_sampling_rounds, bool) or not isinstance(self.max_sampling_rounds, int) \
+                or self.max_sampling_rounds < 1:
+            raise ValueError(f"max_sampling_rounds must be a positive integer, got {self.max_sampling_rounds!r}")
         if self.scale_rewards not in SCALINGS:
             raise ValueError(f"scale_rewards must be one of {SCALINGS}, got {self.scale_rewards!r}")
 
@@ -145,24 +159,44 @@ def train_grpo(
         timer = Timer()
         t_step = time.perf_counter()
         # ---- 1. rollouts: batch_size questions x group_size samples ----------------------------
-        qidx = order.take(cfg.batch_size)
+        # (with dynamic sampling: more rounds of questions until batch_size groups with signal)
         model.eval()
-        episodes = run_rollouts(
-            policy, [examples[i] for i in qidx], retr, cfg, group_size=cfg.group_size,
-            seed=_step_seed(cfg.seed, step), timer=timer, reward=reward,
-        )
+        episodes: list[Any] = []
+        group_of: list[int] = []  # each episode's group id, unique across rounds
+        kept_groups: list[int] = []
+        dropped = rounds = 0
+        while True:
+            need = cfg.batch_size - len(kept_groups) if cfg.dynamic_sampling else cfg.batch_size
+            qidx = order.take(need)
+            new_eps = run_rollouts(
+                policy, [examples[i] for i in qidx], retr, cfg, group_size=cfg.group_size,
+                seed=_step_seed(cfg.seed, step) + rounds * 1_000_003, timer=timer, reward=reward,
+            )
+            base = rounds * cfg.batch_size
+            episodes += new_eps
+            group_of += [base + ep.group for ep in new_eps]
+            rounds += 1
+            if not cfg.dynamic_sampling:
+                kept_groups = sorted({base + ep.group for ep in new_eps})
+                break
+            varied, flat = _groups_with_signal(new_eps, base)
+            kept_groups += varied[: cfg.batch_size - len(kept_groups)]
+            dropped += flat
+            if len(kept_groups) >= cfg.batch_size or rounds >= cfg.max_sampling_rounds:
+                break
         model.train()
+        keep = set(kept_groups)
         samples: list[Sample] = []
         sample_groups: list[int] = []
         infra = 0
-        for ep in episodes:
+        for ep, gid in zip(episodes, group_of, strict=True):
             if ep.infra_error:
                 infra += 1
                 continue
-            if ep.sample.num_policy_tokens == 0:
+            if ep.sample.num_policy_tokens == 0 or gid not in keep:
                 continue
             samples.append(ep.sample)
-            sample_groups.append(ep.group)
+            sample_groups.append(gid)
         metrics = episode_metrics(episodes)
 
         # ---- 2. group-relative advantages --------------------------------------------------------
@@ -193,6 +227,8 @@ def train_grpo(
             "trained_episodes": len(trained),
             "zero_variance_groups": zero_var,
             "groups": n_groups,
+            "sampling_rounds": rounds,
+            "dropped_groups": dropped,
             "policy_tokens": policy_tokens,
             "sequence_tokens": all_tokens,
             "train_tokens_per_s": all_tokens * cfg.epochs / train_s if train_s > 0 else 0.0,
@@ -213,6 +249,21 @@ def train_grpo(
             break
     bar.close()
     return {"step": step, "last": last, "run_dir": str(run_dir), "policy": policy}
+
+
+def _groups_with_signal(episodes: Sequence[Any], base: int) -> tuple[list[int], int]:
+    """Group ids (offset by ``base``) whose trainable episodes' returns differ, and the count of those that do not.
+
+    A group whose usable episodes (no retriever failure, some policy tokens) all have the same
+    return has zero advantage everywhere: DAPO's dynamic sampling drops it.
+    """
+    returns: dict[int, list[float]] = {}
+    for ep in episodes:
+        returns.setdefault(base + ep.group, [])
+        if not ep.infra_error and ep.sample.num_policy_tokens > 0:
+            returns[base + ep.group].append(float(ep.sample.extras["return"]))
+    varied = [g for g, r in returns.items() if len(r) >= 2 and max(r) - min(r) > 1e-9]
+    return varied, len(returns) - len(varied)
 
 
 def _step_seed(seed: int, step: int) -> int:

@@ -1,0 +1,118 @@
+"""BM25 at scale: build time, memory and index size at 100k and 1M passages, and the wrapper's cost.
+
+For each size, in a fresh child process (so peak RSS is this build's own): generate the corpus
+(``stream_passages(n, seed=0)``), build the ``bm25`` index, and record the build's wall time,
+the process's peak RSS, the RSS after reopening the index (plain and memory-mapped) and the
+folder's size on disk. Then queries/s of ``BM25Retriever.search_batch`` (tokenize, score,
+canonical top-k, fetch the documents as hits) against the raw bm25s work it wraps (token ids,
+``BM25.get_scores``, ``np.argpartition`` top-k) on the same 400 queries, k=10. Goal: the
+wrapper costs at most 10% over raw bm25s.
+
+Usage: python benchmarks/retrieval_bm25_scale.py [--sizes 100000 1000000] [--queries 400]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import write_results  # noqa: E402
+
+CHILD = r"""
+import json, os, resource, sys, time
+import numpy as np
+from searchenv.retrievers.bm25 import BM25Retriever, tokenize
+from searchenv.tasks.synthetic import stream_passages
+
+def rss_mb():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+
+n, folder, nq = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+t = time.perf_counter()
+BM25Retriever.build(stream_passages(n, seed=0), folder)
+build_s = time.perf_counter() - t
+peak_build_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+size_mb = sum(p.stat().st_size for p in __import__("pathlib").Path(folder).rglob("*") if p.is_file()) / 2**20
+base = rss_mb()
+r = BM25Retriever.load(folder)
+loaded_mb = rss_mb() - base
+rng = np.random.default_rng(0)
+rows = rng.choice(len(r), size=nq, replace=False)
+queries = []
+for i in rows:
+    d = r._docs[int(i)]
+    words = d.text.split()
+    queries.append(" ".join([d.title, *words[:3]]))
+r.search_batch(queries[:20], 10)
+def wrapper():
+    t = time.perf_counter(); r.search_batch(queries, 10); return nq / (time.perf_counter() - t)
+def raw():
+    t = time.perf_counter()
+    for q in queries:
+        ids = [r._vocab[w] for w in tokenize(q, r.stemmer) if w in r._vocab]
+        s = np.asarray(r._model.get_scores(ids))
+        top = np.argpartition(-s, 10)[:10]
+        top[np.argsort(-s[top])]
+    return nq / (time.perf_counter() - t)
+w, rw = [], []
+for _ in range(5):
+    w.append(wrapper()); rw.append(raw())
+del r
+m0 = rss_mb()
+rm = BM25Retriever.load(folder, mmap=True)
+rm.search_batch(queries[:50], 10)
+mmap_mb = rss_mb() - m0
+print(json.dumps({"n": n, "build_s": build_s, "peak_build_rss_mb": peak_build_mb, "index_mb": size_mb,
+                  "loaded_rss_mb": loaded_mb, "mmap_rss_after_50_queries_mb": mmap_mb,
+                  "wrapper_qps": sorted(w)[2], "raw_qps": sorted(rw)[2]}))
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
+    parser.add_argument("--queries", type=int, default=400)
+    args = parser.parse_args()
+    load_before = os.getloadavg()
+    rows = []
+    for n in args.sizes:
+        with tempfile.TemporaryDirectory(prefix="bm25-scale-") as tmp:
+            proc = subprocess.run([sys.executable, "-c", CHILD, str(n), str(Path(tmp) / "idx"), str(args.queries)],
+                                  capture_output=True, text=True, check=True)
+            rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+            print(rows[-1], flush=True)
+    load_after = os.getloadavg()
+    lines = [
+        f"BM25 (bm25s, searchenv `bm25`) on generated passages, one process per size; {args.queries} queries "
+        f"(a passage title and three of its words), k=10, median of 5; load average {load_before[0]:.2f} before, "
+        f"{load_after[0]:.2f} after.",
+        "",
+        "| passages | build (s) | peak RSS while building (MB) | index on disk (MB) | RSS of the loaded index (MB) "
+        "| RSS memory-mapped, after 50 queries (MB) | queries/s (wrapper) | queries/s (raw bm25s) | wrapper cost |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        cost = r["raw_qps"] / r["wrapper_qps"] - 1
+        lines.append(
+            f"| {r['n']:,} | {r['build_s']:.1f} | {r['peak_build_rss_mb']:,.0f} | {r['index_mb']:,.0f} | "
+            f"{r['loaded_rss_mb']:,.0f} | {r['mmap_rss_after_50_queries_mb']:,.0f} | {r['wrapper_qps']:,.0f} | "
+            f"{r['raw_qps']:,.0f} | {100 * cost:+.1f}% |"
+        )
+    lines += ["", "Goal: wrapper cost <= 10% over raw bm25s."]
+    write_results("retrieval_bm25_scale", {"rows": rows, "load_before": load_before, "load_after": load_after,
+                                           "max_rss_parent_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+                                           / 1024}, "\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

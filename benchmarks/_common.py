@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from searchenv.corpus import atomic_write_lines
+
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -23,11 +25,11 @@ def machine() -> dict[str, Any]:
 
 
 def write_results(name: str, data: dict[str, Any], table: str) -> None:
-    """Write ``results/<name>.json`` and ``results/<name>.md`` (a Markdown table plus the command)."""
+    """Write ``results/<name>.json`` and ``results/<name>.md`` (a Markdown table plus the command), each atomically."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     data = {"benchmark": name, "machine": machine(), **data}
-    (RESULTS / f"{name}.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    atomic_write_lines(RESULTS / f"{name}.json", json.dumps(data, indent=2).splitlines())
     cmd = f"python benchmarks/{name}.py"
-    (RESULTS / f"{name}.md").write_text(f"{table.rstrip()}\n\nMeasured with `{cmd}` ({data['machine']['date']}).\n",
-                                        encoding="utf-8")
+    atomic_write_lines(RESULTS / f"{name}.md",
+                       f"{table.rstrip()}\n\nMeasured with `{cmd}` ({data['machine']['date']}).".splitlines())
     print(table)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import concurrent.futures
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -117,7 +116,7 @@ def test_serve_deployment_batches_callers_and_answers_like_the_index(local_ray: 
         ServeRetriever(handle, timeout=5).search_batch(["x"], 1)
 
 
-def test_merged_infos_keep_gymnasium_layout(local_ray: None, files: tuple[str, str], tmp_path: Path) -> None:
+def test_merged_infos_keep_gymnasium_layout() -> None:
     from agents.integrations.ray import _merge_infos
 
     parts = [{"a": np.array([1, 2]), "_a": np.array([True, False])}, {"b": np.array(["x"], dtype=object),

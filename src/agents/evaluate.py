@@ -35,6 +35,7 @@ from typing import Any
 
 from agents.policies.base import Policy
 from agents.reference import Agent, EpisodeRecord, make_agent, run_agent
+from searchenv.corpus import atomic_write_lines
 from searchenv.env import SearchQAEnv
 from searchenv.protocols import Protocol as ActionProtocol
 from searchenv.retrievers.base import Retriever
@@ -323,6 +324,9 @@ def _slug(text: str) -> str:
 def write_results(results: Sequence[EvalResult], out_dir: str | os.PathLike[str]) -> dict[str, Path]:
     """Write ``results.json`` (rows and settings), ``results.md`` and one transcript JSONL per row.
 
+    Each file is written to a temporary file and renamed into place, so a killed run never leaves
+    a half-written one.
+
     Transcripts go to ``transcripts/<agent>__<retriever>.jsonl``: one line per episode with the
     example id, question, gold answers, final answer, chat messages, per-step reward terms and
     the episode metrics.
@@ -341,13 +345,11 @@ def write_results(results: Sequence[EvalResult], out_dir: str | os.PathLike[str]
     for r in results:
         stem = f"{_slug(r.agent)}__{_slug(r.retriever)}"
         path = out / "transcripts" / f"{stem}.jsonl"
-        with path.open("w", encoding="utf-8") as f:
-            for ep in r.episodes:
-                f.write(json.dumps(ep.to_dict(), ensure_ascii=False) + "\n")
+        atomic_write_lines(path, (json.dumps(ep.to_dict(), ensure_ascii=False) for ep in r.episodes))
         paths[f"transcripts/{stem}"] = path
         rows.append({**r.summary(), "transcripts": str(path.relative_to(out))})
     paths["json"] = out / "results.json"
-    paths["json"].write_text(json.dumps({"rows": rows}, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    atomic_write_lines(paths["json"], json.dumps({"rows": rows}, indent=2, ensure_ascii=False).splitlines())
     paths["md"] = out / "results.md"
-    paths["md"].write_text(markdown_table(results), encoding="utf-8")
+    atomic_write_lines(paths["md"], markdown_table(results).splitlines())
     return paths

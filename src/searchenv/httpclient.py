@@ -17,6 +17,7 @@ Shared by :class:`~searchenv.retrievers.remote.RemoteRetriever` (retrieval serve
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 import zlib
@@ -57,6 +58,21 @@ def check_token(token: str) -> str:
                 "(non-ASCII, a space or a control character)"
             )
     return token
+
+
+def check_call_options(timeout: float, retries: int, backoff: float) -> None:
+    """Validate the options every client of this module takes.
+
+    Raises:
+        ValueError: If ``timeout`` is not a positive finite number, ``retries`` not a non-negative
+            integer, or ``backoff`` not a non-negative finite number.
+    """
+    if not (isinstance(timeout, int | float) and math.isfinite(timeout) and timeout > 0):
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise ValueError(f"retries must be a non-negative integer, got {retries!r}")
+    if not (isinstance(backoff, int | float) and math.isfinite(backoff) and backoff >= 0):
+        raise ValueError(f"backoff must be a non-negative number, got {backoff!r}")
 
 
 def error_text(body: bytes) -> str:
@@ -242,8 +258,9 @@ class JSONClient:
         self._http = httpcore.ConnectionPool(max_connections=max_connections,
                                              max_keepalive_connections=max_connections,
                                              network_backend=self._deadlines)  # type: ignore[arg-type]
-        #: Retries made so far (all calls).
+        #: Retries made so far (all calls, from any thread).
         self.retried = 0
+        self._retried_lock = threading.Lock()
 
     def post(self, url: str, body: Any, deadline: float, *, timeout: float | None = None) -> Any:
         """POST ``body`` as JSON to ``url`` with retries until ``deadline``; the decoded JSON answer.
@@ -293,7 +310,8 @@ class JSONClient:
                 raise self.error(f"{self.service} {url} failed after {attempt + 1} attempt(s): {reason}")
             time.sleep(delay)
             attempt += 1
-            self.retried += 1
+            with self._retried_lock:
+                self.retried += 1
 
     def get(self, url: str, deadline: float) -> Any:
         """GET ``url`` once within ``deadline``; the decoded JSON answer.

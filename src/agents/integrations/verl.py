@@ -32,20 +32,18 @@ Needs ``verl`` (its own virtual environment: it pins its own transformers; see d
 from __future__ import annotations
 
 import asyncio
-import json
-import threading
 from typing import Any
 from uuid import uuid4
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, register
 
 from searchenv.env import SearchQAEnv, episode_metrics, search_or_error
+from searchenv.envpool import EnvPool
 from searchenv.tasks.rows import example_from_row
 
 _ENV_KEYS = frozenset({"retriever", "corpus", "protocol", "reward", "top_k", "max_turns", "max_doc_chars"})
 _LOOP_KEYS = frozenset({"max_new_tokens", "search_in_thread"})
-_lock = threading.Lock()
-_POOL: dict[str, list[SearchQAEnv]] = {}
+_POOL = EnvPool()  # verl instantiates the loop per sample: environments are reused across samples
 
 
 def _cut_at_stop(text: str, stop: tuple[str, ...]) -> str:
@@ -67,16 +65,8 @@ class SearchQAAgentLoop(AgentLoopBase):
         if unknown:
             raise ValueError(f"unknown searchenv setting(s) {sorted(unknown)}; known: {sorted(_ENV_KEYS | _LOOP_KEYS)}")
         self.env_settings = settings
+        self.env_key = EnvPool.key(settings)
         self.response_length = int(self.rollout_config.response_length)
-
-    def _env(self, example: Any) -> tuple[str, SearchQAEnv]:
-        key = json.dumps(self.env_settings, sort_keys=True, default=repr)
-        with _lock:
-            free = _POOL.get(key)
-            if free:
-                return key, free.pop()
-            settings = dict(self.env_settings)
-            return key, SearchQAEnv([example], retriever=settings.pop("retriever", "bm25"), **settings)
 
     def _in_thread(self, env: SearchQAEnv) -> bool:
         """Search in a worker thread unless told otherwise; by default inline only for an in-memory BM25 index."""
@@ -89,18 +79,18 @@ class SearchQAAgentLoop(AgentLoopBase):
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         """Run one episode for the row in ``kwargs`` with verl's generation servers."""
         example = example_from_row(kwargs)
-        key, env = self._env(example)
+        key, env = _POOL.acquire(self.env_settings, example, self.env_key)
         try:
             return await self._episode(env, example, sampling_params)
         finally:
-            with _lock:
-                _POOL.setdefault(key, []).append(env)
+            _POOL.release(key, env)
 
     async def _episode(self, env: SearchQAEnv, example: Any, sampling_params: dict[str, Any]) -> AgentLoopOutput:
         loop = asyncio.get_running_loop()
         env.reset(options={"example": example})
         prompt_ids = list(await self.ct_build_initial_tokens(env.messages()[:2]))
         stop = tuple(env.protocol.stop)
+        in_thread = self._in_thread(env)
         response_ids: list[int] = []
         response_mask: list[int] = []
         logprobs: list[float] = []
@@ -124,7 +114,7 @@ class SearchQAAgentLoop(AgentLoopBase):
             turns += 1
             request = env.prepare_step(text)
             hits = None
-            if request.queries and self._in_thread(env):  # do not hold up the other episodes on this event loop
+            if request.queries and in_thread:  # do not hold up the other episodes on this event loop
                 hits = await loop.run_in_executor(None, search_or_error, env.retriever, request.queries, env.top_k)
             elif request.queries:
                 hits = search_or_error(env.retriever, request.queries, env.top_k)

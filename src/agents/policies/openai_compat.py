@@ -37,7 +37,6 @@ What a served model gives differs from an in-process one (:class:`~agents.polici
 
 from __future__ import annotations
 
-import math
 import os
 import threading
 import time
@@ -124,16 +123,11 @@ class _OpenAIBase:
         backoff: float = 1.0,
         extra_body: Mapping[str, Any] | None = None,
     ) -> None:
-        from searchenv.httpclient import JSONClient, check_token
+        from searchenv.httpclient import JSONClient, check_call_options, check_token
 
         if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int) or max_concurrency < 1:
             raise ValueError(f"max_concurrency must be a positive integer, got {max_concurrency!r}")
-        if not (isinstance(timeout, int | float) and math.isfinite(timeout) and timeout > 0):
-            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-            raise ValueError(f"retries must be a non-negative integer, got {retries!r}")
-        if not (isinstance(backoff, int | float) and math.isfinite(backoff) and backoff >= 0):
-            raise ValueError(f"backoff must be a non-negative number, got {backoff!r}")
+        check_call_options(timeout, retries, backoff)
         if model is not None and (not isinstance(model, str) or not model):
             raise ValueError(f"model must be a non-empty string (the served model's name), got {model!r}")
         self.base_url = api_base(base_url)
@@ -311,13 +305,8 @@ class OpenAICompletionsPolicy(_OpenAIBase):
         ids = [self.encode(p) if isinstance(p, str) else [int(t) for t in p] for p in prompts]
         if self.prompt_format == "auto":
             self._probe(ids[0], common)
-        bodies = []
-        for p, s in zip(ids, seeds, strict=True):
-            body = {**common, "prompt": p if self.prompt_format == "ids" else self.decode(p)}
-            if s is not None:
-                body["seed"] = s
-            bodies.append(body)
-        return self._run(bodies, _completion_text, stop)
+        prompts_sent = [p if self.prompt_format == "ids" else self.decode(p) for p in ids]
+        return self._run(_bodies(common, "prompt", prompts_sent, seeds), _completion_text, stop)
 
     def _probe(self, prompt: list[int], common: dict[str, Any]) -> None:
         """Settle ``prompt_format="auto"``: ids if the server takes a token-id prompt, else text."""
@@ -364,8 +353,8 @@ class OpenAIChatPolicy(_OpenAIBase):
             return []
         seeds = request_seeds(seed, len(conversations))
         common = {**self._sampling(max_new_tokens, temperature, top_p, stop), **self.extra_body}
-        bodies = []
-        for c, (conv, s) in enumerate(zip(conversations, seeds, strict=True)):
+        all_messages = []
+        for c, conv in enumerate(conversations):
             messages = []
             for m, msg in enumerate(conv):
                 if not isinstance(msg, Mapping) or not isinstance(msg.get("content"), str) or \
@@ -373,11 +362,14 @@ class OpenAIChatPolicy(_OpenAIBase):
                     raise ValueError(f"conversation {c} message {m}: expected role system/user/assistant and "
                                      f"string content, got {str(msg)[:100]}")
                 messages.append({"role": msg["role"], "content": msg["content"]})
-            body = {**common, "messages": messages}
-            if s is not None:
-                body["seed"] = s
-            bodies.append(body)
-        return self._run(bodies, _chat_text, stop)
+            all_messages.append(messages)
+        return self._run(_bodies(common, "messages", all_messages, seeds), _chat_text, stop)
+
+
+def _bodies(common: Mapping[str, Any], field: str, values: Sequence[Any],
+            seeds: Sequence[int | None]) -> list[dict[str, Any]]:
+    """One request body per prompt: the shared fields, the prompt under ``field``, and its seed."""
+    return [{**common, field: v, **({"seed": s} if s is not None else {})} for v, s in zip(values, seeds, strict=True)]
 
 
 def _usage_of(payload: dict[str, Any]) -> dict[str, Any]:

@@ -71,11 +71,7 @@ class VLLMPolicy:
         from agents.policies.hf import resolve_model_path
 
         path = resolve_model_path(model)
-        self.llm = LLM(model=str(path), tokenizer=str(path), dtype=dtype, seed=seed, **engine_kwargs)
-        self.tokenizer = self.llm.get_tokenizer()
-        self.eos_token_ids = frozenset(
-            t for t in (getattr(self.tokenizer, "eos_token_id", None),) if isinstance(t, int)
-        )
+        self._attach(LLM(model=str(path), tokenizer=str(path), dtype=dtype, seed=seed, **engine_kwargs))
 
     @classmethod
     def from_engine(cls, llm: Any) -> VLLMPolicy:
@@ -85,12 +81,15 @@ class VLLMPolicy:
             llm: The engine; its weights are whatever its owner last loaded into it.
         """
         policy = cls.__new__(cls)
-        policy.llm = llm
-        policy.tokenizer = llm.get_tokenizer()
-        policy.eos_token_ids = frozenset(
-            t for t in (getattr(policy.tokenizer, "eos_token_id", None),) if isinstance(t, int)
-        )
+        policy._attach(llm)
         return policy
+
+    def _attach(self, llm: Any) -> None:
+        self.llm = llm
+        self.tokenizer = llm.get_tokenizer()
+        self.eos_token_ids = frozenset(
+            t for t in (getattr(self.tokenizer, "eos_token_id", None),) if isinstance(t, int)
+        )
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` with no special tokens added."""

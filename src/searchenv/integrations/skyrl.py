@@ -35,7 +35,6 @@ averages over episodes. Needs ``skyrl-gym`` (``pip install 'searchenv[skyrl]'``)
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -43,6 +42,7 @@ from typing import Any
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
 from searchenv.env import SearchQAEnv, episode_metrics
+from searchenv.envpool import EnvPool
 from searchenv.tasks.rows import example_from_row
 
 #: The name :func:`register` registers by default.
@@ -50,8 +50,7 @@ ENV_ID = "searchqa"
 _CONFIG_KEYS = frozenset({"retriever", "corpus", "protocol", "reward", "top_k", "max_turns", "max_doc_chars"})
 _lock = threading.Lock()
 #: Closed environments per settings, reused by the next trajectories (SkyRL builds one env per trajectory).
-_POOL: dict[str, list[SearchQAEnv]] = {}
-_POOL_MAX = 4096
+_POOL = EnvPool()
 _SETTINGS: dict[int, tuple[Any, dict[str, Any], str]] = {}
 
 
@@ -80,7 +79,7 @@ def _settings(env_config: Any) -> tuple[dict[str, Any], str]:
     unknown = set(config) - _CONFIG_KEYS
     if unknown:
         raise ValueError(f"unknown env_config key(s) {sorted(unknown)}; known: {sorted(_CONFIG_KEYS)}")
-    key = json.dumps(config, sort_keys=True, default=repr)
+    key = EnvPool.key(config)
     with _lock:
         if len(_SETTINGS) >= 64:
             _SETTINGS.clear()
@@ -108,15 +107,8 @@ class SearchQASkyRLEnv(BaseTextEnv):
         self.example = example_from_row(row)
         if "max_turns" in row:
             config = {**config, "max_turns": int(row["max_turns"])}
-            key = json.dumps(config, sort_keys=True, default=repr)
-        self._key = key
-        with _lock:  # SkyRL builds one env per trajectory: reuse a closed one with the same settings
-            free = _POOL.get(self._key)
-            env = free.pop() if free else None
-        if env is None:
-            with _lock:  # one index per process: SearchQAEnv shares it, opened once under this lock
-                settings = dict(config)
-                env = SearchQAEnv([self.example], retriever=settings.pop("retriever", "bm25"), **settings)
+            key = EnvPool.key(config)
+        self._key, env = _POOL.acquire(config, self.example, key)  # a closed env with these settings, if any
         self.env: SearchQAEnv | None = env
         self.max_turns = env.max_turns
         self.final_info: dict[str, Any] | None = None
@@ -162,12 +154,8 @@ class SearchQASkyRLEnv(BaseTextEnv):
     def close(self) -> None:
         """Hand the underlying environment back for the next trajectory (SkyRL calls this at the end)."""
         env, self.env = self.env, None
-        if env is None:
-            return
-        with _lock:
-            free = _POOL.setdefault(self._key, [])
-            if len(free) < _POOL_MAX:
-                free.append(env)
+        if env is not None:
+            _POOL.release(self._key, env)
 
     def _live(self) -> SearchQAEnv:
         if self.env is None:

@@ -41,7 +41,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from searchenv.corpus import split_contents
-from searchenv.httpclient import DEFAULT_MAX_RESPONSE_BYTES, JSONClient, check_token
+from searchenv.httpclient import DEFAULT_MAX_RESPONSE_BYTES, JSONClient, check_call_options, check_token
 from searchenv.retrievers.base import Hit, RetrieverError, check_k
 
 __all__ = [
@@ -169,12 +169,7 @@ class RemoteRetriever:
     ) -> None:
         if dialect not in DIALECTS:
             raise ValueError(f"dialect must be one of {', '.join(DIALECTS)}, got {dialect!r}")
-        if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
-            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-            raise ValueError(f"retries must be a non-negative integer, got {retries!r}")
-        if not (isinstance(backoff, (int, float)) and math.isfinite(backoff) and backoff >= 0):
-            raise ValueError(f"backoff must be a non-negative number, got {backoff!r}")
+        check_call_options(timeout, retries, backoff)
         check_k(max_queries_per_request)
         check_k(concurrency)
         if isinstance(max_response_bytes, bool) or not isinstance(max_response_bytes, int) or max_response_bytes < 1:

@@ -1,0 +1,64 @@
+"""Environments kept for reuse: engines (SkyRL, verl) build one environment per trajectory.
+
+Building a :class:`~searchenv.env.SearchQAEnv` costs tens of microseconds; an engine that makes
+one per trajectory pays it thousands of times per step. An :class:`EnvPool` hands back an
+environment that an earlier trajectory with the same settings released, and builds one only when
+none is free. Environments are reset with ``options={"example": ...}``, so which questions one
+was built with does not matter; the index behind them is opened once per process anyway
+(:func:`searchenv.env.resolve_retriever`).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from searchenv.env import SearchQAEnv
+from searchenv.tasks.base import QAExample
+
+
+class EnvPool(dict[str, list[SearchQAEnv]]):
+    """Free environments per settings key (a dict: key -> free environments), thread-safe.
+
+    Args:
+        max_free: Most free environments kept per key (more released ones are dropped).
+    """
+
+    def __init__(self, max_free: int = 4096) -> None:
+        super().__init__()
+        self.max_free = max_free
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def key(settings: Mapping[str, Any]) -> str:
+        """The pool key of ``SearchQAEnv`` keyword arguments (their JSON, keys sorted)."""
+        return json.dumps(dict(settings), sort_keys=True, default=repr)
+
+    def acquire(self, settings: Mapping[str, Any], example: QAExample,
+                key: str | None = None) -> tuple[str, SearchQAEnv]:
+        """A free environment with these settings, or a new one built over ``[example]``.
+
+        Args:
+            settings: ``SearchQAEnv`` keyword arguments (``retriever`` included; default ``bm25``).
+            example: A question to build a new environment with (reset it with the episode's own).
+            key: ``EnvPool.key(settings)``, when the caller has it already.
+
+        Returns:
+            The key to :meth:`release` the environment under, and the environment.
+        """
+        key = self.key(settings) if key is None else key
+        with self._lock:  # building under the lock too: the index is opened once per process
+            free = self.get(key)
+            if free:
+                return key, free.pop()
+            kwargs = dict(settings)
+            return key, SearchQAEnv([example], retriever=kwargs.pop("retriever", "bm25"), **kwargs)
+
+    def release(self, key: str, env: SearchQAEnv) -> None:
+        """Hand ``env`` back for the next trajectory with the same settings."""
+        with self._lock:
+            free = self.setdefault(key, [])
+            if len(free) < self.max_free:
+                free.append(env)

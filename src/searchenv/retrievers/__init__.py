@@ -9,6 +9,7 @@ atomically and every open checks the files (see :mod:`searchenv.retrievers.index
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,7 @@ def open_index(
     mmap: bool = False,
     corpus: str | os.PathLike[str] | None = None,
     verify: bool = False,
+    **options: Any,
 ) -> Retriever:
     """Reopen a saved index of any kind.
 
@@ -79,6 +81,8 @@ def open_index(
         mmap: Memory-map large arrays instead of reading them.
         corpus: If given, refuse the index unless it was built from this corpus file.
         verify: Check every file's checksum too.
+        **options: Search-time options of the kind's ``load`` (a dense index's ``nprobe``,
+            ``ef_search``, ``rerank``, ``encoder``).
 
     Returns:
         The retriever.
@@ -90,7 +94,12 @@ def open_index(
     meta = read_meta(folder)
     if corpus is not None:
         check_fresh(folder, corpus)
-    retriever: Retriever = _index_class(meta["kind"]).load(folder, mmap=mmap, verify=verify)
+    cls = _index_class(meta["kind"])
+    accepted = inspect.signature(cls.load).parameters
+    for name in options:
+        if name not in accepted or name in ("folder", "mmap", "verify"):
+            raise ValueError(f"option {name!r} does not apply to a {meta['kind']} index")
+    retriever: Retriever = cls.load(folder, mmap=mmap, verify=verify, **options)
     return retriever
 
 

@@ -1,12 +1,29 @@
 r"""Dense retrieval: a sentence-transformers encoder and a FAISS inner-product index.
 
 Documents are embedded as ``title\ntext`` (FlashRAG ``contents``) into unit vectors, so
-inner product is cosine similarity. Two index types, chosen by name:
+inner product is cosine similarity. The index type is chosen by name (:data:`INDEX_PRESETS`) or
+given as any FAISS factory string (``index_type="factory:IVF65536,PQ96"``):
 
 * ``flat``: exact search (``IndexFlatIP``), batched through BLAS.
 * ``hnsw``: approximate search on a navigable small-world graph (``IndexHNSWFlat``);
   ``hnsw_m`` links per node, ``ef_construction`` and ``ef_search`` trade build and query
   time for recall.
+* Compressed, for corpora whose fp32 vectors do not fit in memory: ``fp16`` and ``sq8``
+  (every vector scanned, stored in 2 or 1 bytes per dimension), ``ivf-fp16``, ``ivf-sq8`` and
+  ``ivf-pq`` (an inverted file of ``nlist`` k-means cells, ``nprobe`` of them scanned per
+  query; PQ stores ``pq_m`` bytes per vector), and ``hnsw-sq8`` (the graph over 8-bit vectors).
+  Quantisers and cells are trained on ``train_size`` documents drawn with ``train_seed``.
+
+A compressed index ranks by FAISS's approximate scores. With ``keep_vectors="float32"`` (or
+``"float16"``) the build also writes every vector to ``vectors.npy``, which a search memory-maps
+to rescore the best ``rerank`` candidates exactly (and the top ``k + 8`` always): recall of an
+approximate index at a small memory cost, since only the candidates' rows are read from disk.
+
+Building is streamed and resumable: documents are embedded ``chunk_size`` at a time (sorted by
+length within the chunk, so batches pad little) and each chunk is written to
+``INDEX/.encode-<key>/`` before the next starts. A killed build started again with the same
+corpus, encoder and chunk size re-encodes only the chunks it had not finished, and gives the same
+index as an uninterrupted build; the chunk folder is removed once the index is published.
 
 An index folder holds the shared :class:`~searchenv.docstore.DocStore` files and ``dense.faiss``
 (written by ``faiss.write_index``, no pickle) in its data folder, and ``searchenv_index.json``
@@ -15,23 +32,29 @@ it is built and swapped in as :mod:`searchenv.retrievers.index_meta` describes. 
 one corpus is byte-identical from build to build; an HNSW graph is built with several threads and
 can differ. :meth:`DenseRetriever.load` refuses an index whose metadata, vectors and documents
 disagree, or an encoder other than the one it was built with. With ``mmap=True`` the vectors
-are memory-mapped (``faiss.IO_FLAG_MMAP_IFC``), so an index larger than RAM is served from the
-page cache.
+(flat and scalar-quantised codes, inverted lists) are memory-mapped, so an index larger than RAM
+is served from the page cache.
 
 Rankings are canonical: FAISS is asked for a few extra neighbours, which are rescored one pair at
-a time in float64 and ordered by score, then by corpus row. Tied documents always come back in
-the same order, and a query vector's ranking does not depend on the other queries of its batch
-(FAISS's own scores differ in the last bits between its batched BLAS and single-query kernels).
-A neural encoder's query vector itself can differ in the last bits with the batch it was encoded
-in (padding changes the matrix shapes), so near-ties between documents can still swap there.
+a time in float64 (from the stored vectors: the flat and HNSW-flat index's own, or ``vectors.npy``)
+and ordered by score, then by corpus row. Tied documents always come back in the same order, and
+a query vector's ranking does not depend on the other queries of its batch (FAISS's own scores
+differ in the last bits between its batched BLAS and single-query kernels). A compressed index
+without ``vectors.npy`` orders FAISS's scores, which are computed one query at a time, by score
+then row. A neural encoder's query vector itself can differ in the last bits with the batch it was
+encoded in (padding changes the matrix shapes), so near-ties between documents can still swap
+there.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import os
+import shutil
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +64,35 @@ from searchenv.corpus import Document
 from searchenv.docstore import DocStore
 from searchenv.encoders import EncoderLike, load_encoder, resolve_encoder
 from searchenv.retrievers.base import Hit, RetrieverError, check_k
-from searchenv.retrievers.index_meta import StaleIndexError, check_count, damaged, load_index, publish_index
+from searchenv.retrievers.index_meta import (
+    StaleIndexError,
+    check_count,
+    damaged,
+    index_lock,
+    load_index,
+    publish_index,
+)
 
 INDEX_FILE = "dense.faiss"
-INDEX_TYPES = ("flat", "hnsw")
+#: Every vector, written at build with ``keep_vectors`` and memory-mapped for exact re-ranking.
+VECTORS_FILE = "vectors.npy"
+#: Named index types and the FAISS factory strings they stand for (inner-product metric).
+INDEX_PRESETS: dict[str, str] = {
+    "flat": "Flat",
+    "hnsw": "HNSW{hnsw_m},Flat",
+    "fp16": "SQfp16",
+    "sq8": "SQ8",
+    "ivf-fp16": "IVF{nlist},SQfp16",
+    "ivf-sq8": "IVF{nlist},SQ8",
+    "ivf-pq": "IVF{nlist},PQ{pq_m}x{pq_bits}",
+    "hnsw-sq8": "HNSW{hnsw_m},SQ8",
+}
+INDEX_TYPES = tuple(INDEX_PRESETS)
+#: ``index_type`` given as ``factory:<FAISS factory string>``.
+FACTORY_PREFIX = "factory:"
+KEEP_VECTORS = ("none", "float32", "float16")
+# Chunks of a build in progress live in INDEX/.encode-<key>/ so that a killed build can resume.
+_ENCODE_PREFIX = ".encode-"
 # Extra neighbours fetched so that ties at the k-th place are broken by corpus row, not by FAISS.
 _TIE_MARGIN = 8
 # Batched flat search goes through BLAS (one matrix product per block of documents) from this many
@@ -87,9 +135,11 @@ def _configure_faiss_once() -> None:
 
 
 def _check_index_type(index_type: str) -> str:
-    if index_type not in INDEX_TYPES:
-        raise ValueError(f"index_type must be one of {', '.join(INDEX_TYPES)}, got {index_type!r}")
-    return index_type
+    if isinstance(index_type, str) and (index_type in INDEX_PRESETS or (
+            index_type.startswith(FACTORY_PREFIX) and index_type[len(FACTORY_PREFIX):].strip())):
+        return index_type
+    raise ValueError(f"index_type must be one of {', '.join(INDEX_TYPES)} or {FACTORY_PREFIX}<FAISS factory string>, "
+                     f"got {index_type!r}")
 
 
 def _check_positive(name: str, value: int) -> int:
@@ -98,13 +148,103 @@ def _check_positive(name: str, value: int) -> int:
     return value
 
 
-def _new_index(index_type: str, dim: int, hnsw_m: int, ef_construction: int) -> Any:
+def _check_optional_positive(name: str, value: int | None) -> int | None:
+    return None if value is None else _check_positive(name, value)
+
+
+def _check_rerank(rerank: int) -> int:
+    if isinstance(rerank, bool) or not isinstance(rerank, int) or rerank < 0:
+        raise ValueError(f"rerank must be a non-negative integer, got {rerank!r}")
+    return rerank
+
+
+def _check_keep_vectors(keep_vectors: str) -> str:
+    if keep_vectors not in KEEP_VECTORS:
+        raise ValueError(f"keep_vectors must be one of {', '.join(KEEP_VECTORS)}, got {keep_vectors!r}")
+    return keep_vectors
+
+
+def default_nlist(num_docs: int) -> int:
+    """Inverted-file cells for ``num_docs`` vectors.
+
+    About ``4 * sqrt(n)`` (FAISS's guidance is 4-16 x sqrt(n)), and at most one cell per 39
+    documents so that k-means has data for each.
+    """
+    return max(1, min(round(4 * math.sqrt(num_docs)), num_docs // 39))
+
+
+def index_plan(
+    index_type: str,
+    dim: int,
+    num_docs: int,
+    *,
+    hnsw_m: int = 32,
+    nlist: int | None = None,
+    pq_m: int | None = None,
+    train_size: int | None = None,
+) -> dict[str, Any]:
+    """Resolve an index type into the FAISS factory string and the parameters it was built with.
+
+    Args:
+        index_type: A name of :data:`INDEX_PRESETS` or ``factory:<FAISS factory string>``.
+        dim: Vector dimension.
+        num_docs: Documents to index.
+        hnsw_m: HNSW links per node.
+        nlist: Inverted-file cells (default :func:`default_nlist`).
+        pq_m: PQ bytes per vector; must divide ``dim`` (default ``dim // 4``).
+        train_size: Vectors the quantiser is trained on (default ``max(64 * nlist, 65536)``,
+            at most ``num_docs``).
+
+    Returns:
+        ``{"factory": ..., "nlist": ..., "pq_m": ..., "pq_bits": ..., "train_size": ...}``
+        (the entries that apply).
+
+    Raises:
+        ValueError: On an unknown type or parameters that do not fit the dimension.
+    """
+    _check_index_type(index_type)
+    _check_positive("hnsw_m", hnsw_m)
+    _check_optional_positive("nlist", nlist)
+    _check_optional_positive("pq_m", pq_m)
+    _check_optional_positive("train_size", train_size)
+    if index_type.startswith(FACTORY_PREFIX):
+        factory = index_type[len(FACTORY_PREFIX):].strip()
+        return {"factory": factory, "train_size": min(num_docs, train_size or 65536)}
+    template = INDEX_PRESETS[index_type]
+    plan: dict[str, Any] = {}
+    if "{nlist}" in template:
+        plan["nlist"] = nlist if nlist is not None else default_nlist(num_docs)
+        if plan["nlist"] > num_docs:
+            raise ValueError(f"nlist {plan['nlist']} is larger than the {num_docs} documents")
+    if "{hnsw_m}" in template:
+        plan["hnsw_m"] = hnsw_m
+    if template not in ("Flat", "HNSW{hnsw_m},Flat"):
+        plan["train_size"] = min(num_docs, train_size or max(64 * plan.get("nlist", 1), 65536))
+    if "{pq_m}" in template:
+        plan["pq_m"] = pq_m if pq_m is not None else (dim // 4 if dim % 4 == 0 else dim)
+        if dim % plan["pq_m"]:
+            raise ValueError(f"pq_m must divide the dimension {dim}, got {plan['pq_m']}")
+        # 2**bits centroids per sub-quantiser, with the 39 training vectors each that k-means wants
+        plan["pq_bits"] = max(1, min(8, int(math.log2(max(plan["train_size"] / 39, 2)))))
+    plan["factory"] = template.format(**plan)
+    return plan
+
+
+def _new_index(index_type: str, dim: int, plan: dict[str, Any], ef_construction: int) -> Any:
     import faiss
 
     if index_type == "flat":
         return faiss.IndexFlatIP(dim)
-    index = faiss.IndexHNSWFlat(dim, hnsw_m, faiss.METRIC_INNER_PRODUCT)
-    index.hnsw.efConstruction = ef_construction
+    index: Any
+    if index_type == "hnsw":
+        index = faiss.IndexHNSWFlat(dim, plan["hnsw_m"], faiss.METRIC_INNER_PRODUCT)
+    else:
+        try:
+            index = faiss.index_factory(dim, plan["factory"], faiss.METRIC_INNER_PRODUCT)
+        except RuntimeError as exc:
+            raise ValueError(f"FAISS cannot build index {plan['factory']!r}: {str(exc).splitlines()[0]}") from None
+    if isinstance(index, faiss.IndexHNSW):
+        index.hnsw.efConstruction = ef_construction
     return index
 
 
@@ -128,16 +268,104 @@ def _as_unit_rows(vectors: np.ndarray, dim: int | None, *, normalize: bool) -> n
     return arr
 
 
-def _vector_view(index: Any) -> np.ndarray:
-    """The ``(ntotal, d)`` float32 vectors stored in a flat or HNSW-flat index, without a copy."""
+def _exact_vectors(index: Any) -> np.ndarray | None:
+    """The ``(ntotal, d)`` float32 vectors of a flat or HNSW-flat index (no copy), else ``None``."""
     import faiss
 
-    storage: Any = faiss.downcast_index(index.storage) if hasattr(index, "storage") else index
+    storage: Any = faiss.downcast_index(index.storage) if isinstance(index, faiss.IndexHNSW) else index
+    if not isinstance(storage, faiss.IndexFlat):
+        return None
     n, d = int(storage.ntotal), int(storage.d)
     if n == 0:
         return np.zeros((0, d), dtype=np.float32)
     view: np.ndarray = faiss.rev_swig_ptr(storage.get_xb(), n * d).reshape(n, d)
     return view
+
+
+def _train(index: Any, sample: Callable[[], np.ndarray]) -> None:
+    """Train ``index`` on ``sample()`` if it needs training (quantisers, inverted-file cells)."""
+    if not index.is_trained:
+        try:
+            index.train(sample())
+        except RuntimeError as exc:
+            raise ValueError(f"FAISS could not train the index: {str(exc).splitlines()[0]}") from None
+
+
+def _sample_rows(num_docs: int, size: int, seed: int) -> np.ndarray:
+    """Sorted rows of the training sample (all rows when ``size >= num_docs``)."""
+    if size >= num_docs:
+        return np.arange(num_docs)
+    return np.sort(np.random.default_rng(seed).choice(num_docs, size, replace=False))
+
+
+def _save_npy_atomically(path: Path, array: np.ndarray) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("wb") as f:
+        np.save(f, array)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _encode_chunks(
+    store: DocStore,
+    enc: EncoderLike,
+    cache: Path,
+    *,
+    chunk_size: int,
+    batch_size: int,
+    show_progress: bool,
+) -> list[Path]:
+    """Embed every document into ``cache/chunk-NNNNNN.npy``, skipping chunks already there.
+
+    Each chunk's texts are encoded sorted by length (batches of similar lengths pad little) and
+    put back in corpus order; a chunk is written to a temporary file and renamed, so a chunk file
+    is whole or absent.
+    """
+    from tqdm import tqdm
+
+    n, dim = len(store), int(enc.dim)
+    cache.mkdir(parents=True, exist_ok=True)
+    paths = []
+    with tqdm(total=n, desc=f"embedding ({enc.name})", unit="doc", disable=not show_progress) as bar:
+        for number, start in enumerate(range(0, n, chunk_size)):
+            stop = min(n, start + chunk_size)
+            path = cache / f"chunk-{number:06d}.npy"
+            paths.append(path)
+            if path.is_file():
+                try:
+                    done = np.load(path, mmap_mode="r")
+                    if done.shape == (stop - start, dim) and done.dtype == np.float32:
+                        bar.update(stop - start)
+                        continue
+                except (OSError, ValueError):
+                    pass  # unreadable: encode it again
+            texts = [store[i].contents for i in range(start, stop)]
+            order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+            encoded = _as_unit_rows(enc.encode([texts[i] for i in order], batch_size=batch_size), dim, normalize=True)
+            vectors = np.empty_like(encoded)
+            vectors[order] = encoded
+            _save_npy_atomically(path, vectors)
+            bar.update(stop - start)
+    return paths
+
+
+def _chunk_sample(paths: Sequence[Path], rows: np.ndarray) -> np.ndarray:
+    """The vectors of ``rows`` (sorted corpus rows) gathered from the chunk files."""
+    parts = []
+    offset = 0
+    for path in paths:
+        chunk = np.load(path, mmap_mode="r")
+        lo, hi = np.searchsorted(rows, [offset, offset + len(chunk)])
+        if hi > lo:
+            parts.append(np.asarray(chunk[rows[lo:hi] - offset], dtype=np.float32))
+        offset += len(chunk)
+    return np.concatenate(parts) if parts else np.zeros((0, 0), dtype=np.float32)
+
+
+def _iter_chunks(paths: Sequence[Path]) -> Iterator[np.ndarray]:
+    for path in paths:
+        yield np.ascontiguousarray(np.load(path), dtype=np.float32)
 
 
 class DenseRetriever:
@@ -153,11 +381,17 @@ class DenseRetriever:
         encoder: An encoder object, an encoder name or folder (loaded on the first text query),
             or ``None`` if only :meth:`search_vectors` will be used.
         encoder_name: The encoder name recorded with the index; a different ``encoder`` is refused.
-        ef_search: HNSW candidate-list size at query time (ignored for flat indexes).
+        ef_search: HNSW candidate-list size at query time (HNSW indexes only).
+        nprobe: Inverted-file cells scanned per query (IVF indexes only).
+        rerank: Candidates fetched from an approximate index and rescored exactly with
+            ``rerank_vectors`` (at least ``k + 8`` are always fetched; 0: just those).
+        rerank_vectors: ``(num_docs, dim)`` vectors (float32 or float16, in memory or
+            memory-mapped) used to rescore a compressed index's candidates.
+        index_type: The name the index was built with (inferred for flat and HNSW-flat).
         query_batch_size: Queries per encoder forward pass.
 
     Raises:
-        ValueError: If the index and documents have different lengths.
+        ValueError: If the index, documents and vectors have different lengths, or an option is invalid.
         RetrieverError: If ``encoder`` is not the one named by ``encoder_name``.
     """
 
@@ -172,8 +406,14 @@ class DenseRetriever:
         encoder: EncoderLike | str | os.PathLike[str] | None = None,
         encoder_name: str | None = None,
         ef_search: int = 128,
+        nprobe: int = 32,
+        rerank: int = 0,
+        rerank_vectors: np.ndarray | None = None,
+        index_type: str | None = None,
         query_batch_size: int = 256,
     ) -> None:
+        import faiss
+
         if int(index.ntotal) != len(docs):
             raise ValueError(f"index holds {index.ntotal} vectors but there are {len(docs)} documents")
         self._index = index
@@ -181,11 +421,21 @@ class DenseRetriever:
         self.fingerprint = fingerprint
         self.dim = int(index.d)
         self.ef_search = _check_positive("ef_search", ef_search)
+        self.nprobe = _check_positive("nprobe", nprobe)
+        self.rerank = _check_rerank(rerank)
         self.query_batch_size = _check_positive("query_batch_size", query_batch_size)
-        self.index_type = "hnsw" if hasattr(index, "hnsw") else "flat"
-        if self.index_type == "flat":
+        self._vectors = _exact_vectors(index)
+        if index_type is None:
+            is_hnsw = isinstance(index, faiss.IndexHNSW)
+            index_type = ("hnsw" if is_hnsw else "flat") if self._vectors is not None else type(index).__name__
+        self.index_type = index_type
+        if rerank_vectors is not None and rerank_vectors.shape != (len(docs), self.dim):
+            raise ValueError(f"rerank_vectors have shape {rerank_vectors.shape}, expected {(len(docs), self.dim)}")
+        # the vectors candidates are rescored with: the index's own fp32 ones, else those kept on disk
+        self._exact = self._vectors if self._vectors is not None else rerank_vectors
+        self.exact_rescoring = self._exact is not None
+        if isinstance(index, faiss.IndexFlat):
             _configure_faiss_once()
-        self._vectors = _vector_view(index)
         self._encoder: EncoderLike | None = None
         self._encoder_spec: str | os.PathLike[str] | None = None
         self._encoder_lock = threading.Lock()
@@ -220,15 +470,24 @@ class DenseRetriever:
         hnsw_m: int = 32,
         ef_construction: int = 200,
         ef_search: int = 128,
+        nlist: int | None = None,
+        nprobe: int = 32,
+        pq_m: int | None = None,
+        train_size: int | None = None,
+        train_seed: int = 0,
+        keep_vectors: str = "none",
+        rerank: int = 0,
         chunk_size: int = 4096,
         device: str = "cpu",
         show_progress: bool = True,
     ) -> DenseRetriever:
         """Embed ``documents``, index them and swap the new index into ``folder`` atomically.
 
-        Documents are written to a fresh folder first and then embedded ``chunk_size`` at a time,
-        so only the FAISS index itself grows with the corpus. The new index replaces the old one
-        only when complete, so a failed or killed build loses nothing.
+        Documents are written to a fresh folder first and then embedded ``chunk_size`` at a time
+        into chunk files under ``folder/.encode-<key>/`` (the key hashes the corpus fingerprint,
+        the encoder and the chunk size), so memory stays bounded by one chunk plus the FAISS index,
+        and a build that is killed and started again re-encodes only the missing chunks. The new
+        index replaces the old one only when complete, so a failed or killed build loses nothing.
 
         Args:
             documents: The corpus (any iterable; read once).
@@ -236,12 +495,20 @@ class DenseRetriever:
             source_sha256: Hash of the corpus file, stored for cache checks.
             source_path: The corpus file, named in rebuild hints.
             encoder: Encoder object, name or local folder; ``None`` is the packaged all-MiniLM-L6-v2.
-            index_type: ``flat`` (exact) or ``hnsw`` (approximate).
+            index_type: A name of :data:`INDEX_PRESETS` or ``factory:<FAISS factory string>``.
             batch_size: Documents per encoder forward pass.
             hnsw_m: HNSW links per node.
             ef_construction: HNSW candidate-list size while building.
             ef_search: HNSW candidate-list size at query time (stored; changeable on load).
-            chunk_size: Documents read and embedded per step.
+            nlist: Inverted-file cells (default about ``4 * sqrt(num_docs)``).
+            nprobe: Cells scanned per query (stored; changeable on load).
+            pq_m: PQ bytes per vector for ``ivf-pq`` (default ``dim // 4``).
+            train_size: Vectors the quantiser is trained on (see :func:`index_plan`).
+            train_seed: Seed of the training sample.
+            keep_vectors: ``float32`` or ``float16`` writes every vector to ``vectors.npy``
+                for exact re-ranking; ``none`` does not.
+            rerank: Candidates rescored exactly at query time (stored; changeable on load).
+            chunk_size: Documents read and embedded per step (and per resumable chunk).
             device: Torch device when the encoder is loaded by name.
             show_progress: Show a progress bar (tqdm) while embedding.
 
@@ -252,35 +519,57 @@ class DenseRetriever:
             ValueError: On an empty corpus or an invalid option.
         """
         import faiss
-        from tqdm import tqdm
 
         _check_index_type(index_type)
+        _check_keep_vectors(keep_vectors)
         for name, value in (("batch_size", batch_size), ("hnsw_m", hnsw_m), ("ef_construction", ef_construction),
-                            ("ef_search", ef_search), ("chunk_size", chunk_size)):
+                            ("ef_search", ef_search), ("nprobe", nprobe), ("chunk_size", chunk_size)):
             _check_positive(name, value)
+        _check_rerank(rerank)
+        for name, option in (("nlist", nlist), ("pq_m", pq_m), ("train_size", train_size)):
+            _check_optional_positive(name, option)
         enc = load_encoder(encoder, device=device) if encoder is None or isinstance(
             encoder, (str, os.PathLike)) else encoder
+        root = Path(folder)
+        dim = int(enc.dim)
+        if pq_m is not None and dim % pq_m:
+            raise ValueError(f"pq_m must divide the dimension {dim}, got {pq_m}")
 
         def write(data: Path) -> dict[str, Any]:
             n, fingerprint = DocStore.write(data, documents)
             if n == 0:
                 raise ValueError("cannot build a dense index over an empty corpus")
-            store = DocStore(data)
-            index = _new_index(index_type, int(enc.dim), hnsw_m, ef_construction)
-            with tqdm(total=n, desc=f"embedding ({enc.name})", unit="doc", disable=not show_progress) as bar:
-                for start in range(0, n, chunk_size):
-                    texts = [store[i].contents for i in range(start, min(n, start + chunk_size))]
-                    vectors = _as_unit_rows(enc.encode(texts, batch_size=batch_size), int(enc.dim), normalize=True)
-                    index.add(vectors)
-                    bar.update(len(texts))
+            plan = index_plan(index_type, dim, n, hnsw_m=hnsw_m, nlist=nlist, pq_m=pq_m, train_size=train_size)
+            key = hashlib.sha256(json.dumps([fingerprint, enc.name, dim, chunk_size]).encode()).hexdigest()[:16]
+            chunks = _encode_chunks(DocStore(data), enc, root / f"{_ENCODE_PREFIX}{key}", chunk_size=chunk_size,
+                                    batch_size=batch_size, show_progress=show_progress)
+            index = _new_index(index_type, dim, plan, ef_construction)
+            _train(index, lambda: _chunk_sample(chunks, _sample_rows(n, plan.get("train_size", n), train_seed)))
+            for vectors in _iter_chunks(chunks):
+                index.add(vectors)
             faiss.write_index(index, str(data / INDEX_FILE))
+            if keep_vectors != "none":
+                kept = np.lib.format.open_memmap(data / VECTORS_FILE, mode="w+", dtype=keep_vectors, shape=(n, dim))
+                start = 0
+                for vectors in _iter_chunks(chunks):
+                    kept[start : start + len(vectors)] = vectors
+                    start += len(vectors)
+                kept.flush()
+                del kept
+            params = {"hnsw_m": hnsw_m, "ef_construction": ef_construction, "ef_search": ef_search,
+                      "nprobe": nprobe, "rerank": rerank, "keep_vectors": keep_vectors, "train_seed": train_seed,
+                      "chunk_size": chunk_size, **plan}
             return {
                 "kind": cls.kind, "fingerprint": fingerprint, "num_docs": n, "source_sha256": source_sha256,
-                "source_path": source_path, "encoder": enc.name, "dim": int(enc.dim), "index_type": index_type,
-                "params": {"hnsw_m": hnsw_m, "ef_construction": ef_construction, "ef_search": ef_search},
+                "source_path": source_path, "encoder": enc.name, "dim": dim, "index_type": index_type,
+                "params": params,
             }
 
-        publish_index(folder, write)
+        root.mkdir(parents=True, exist_ok=True)
+        with index_lock(root):
+            publish_index(root, write)
+            for leftover in root.glob(_ENCODE_PREFIX + "*"):  # this build's chunks and older ones
+                shutil.rmtree(leftover, ignore_errors=True)
         return cls.load(folder, encoder=enc)
 
     @classmethod
@@ -295,31 +584,50 @@ class DenseRetriever:
         hnsw_m: int = 32,
         ef_construction: int = 200,
         ef_search: int = 128,
+        nlist: int | None = None,
+        nprobe: int = 32,
+        pq_m: int | None = None,
+        train_size: int | None = None,
+        train_seed: int = 0,
+        keep_vectors: str = "none",
+        rerank: int = 0,
     ) -> DenseRetriever:
         """An in-memory retriever over precomputed vectors (tests, benchmarks, custom encoders).
 
         Args:
             vectors: ``(num_docs, dim)`` floating-point embeddings.
             documents: Row-aligned documents; default ``Document(str(row), "", "")``.
-            index_type: ``flat`` or ``hnsw``.
+            index_type: A name of :data:`INDEX_PRESETS` or ``factory:<FAISS factory string>``.
             normalize: L2-normalise the rows (inner product is then cosine similarity).
             encoder: Encoder for text queries (optional).
             hnsw_m: HNSW links per node.
             ef_construction: HNSW build-time candidate-list size.
             ef_search: HNSW query-time candidate-list size.
+            nlist: Inverted-file cells.
+            nprobe: Cells scanned per query.
+            pq_m: PQ bytes per vector.
+            train_size: Vectors the quantiser is trained on.
+            train_seed: Seed of the training sample.
+            keep_vectors: ``float32`` or ``float16`` keeps a copy of the vectors (in memory) for
+                exact re-ranking of a compressed index; ``none`` does not.
+            rerank: Candidates rescored exactly.
 
         Returns:
             The retriever (not saved anywhere).
         """
-        _check_index_type(index_type)
+        _check_keep_vectors(keep_vectors)
         arr = _as_unit_rows(vectors, None, normalize=normalize)
         docs = list(documents) if documents is not None else [Document(str(i), "", "") for i in range(len(arr))]
         if len(docs) != len(arr):
             raise ValueError(f"{len(arr)} vectors but {len(docs)} documents")
-        index = _new_index(index_type, arr.shape[1], _check_positive("hnsw_m", hnsw_m),
-                           _check_positive("ef_construction", ef_construction))
+        plan = index_plan(index_type, arr.shape[1], len(arr), hnsw_m=hnsw_m, nlist=nlist, pq_m=pq_m,
+                          train_size=train_size)
+        index = _new_index(index_type, arr.shape[1], plan, _check_positive("ef_construction", ef_construction))
+        _train(index, lambda: arr[_sample_rows(len(arr), plan.get("train_size", len(arr)), train_seed)])
         index.add(arr)
-        return cls(index, docs, encoder=encoder, ef_search=ef_search)
+        kept = None if keep_vectors == "none" else arr.astype(keep_vectors)
+        return cls(index, docs, encoder=encoder, ef_search=ef_search, nprobe=nprobe, rerank=rerank,
+                   rerank_vectors=kept, index_type=index_type)
 
     @classmethod
     def load(
@@ -330,17 +638,22 @@ class DenseRetriever:
         verify: bool = False,
         encoder: EncoderLike | str | os.PathLike[str] | None = None,
         ef_search: int | None = None,
+        nprobe: int | None = None,
+        rerank: int | None = None,
         expected_fingerprint: str | None = None,
     ) -> DenseRetriever:
         """Open a saved index (no pickle), checking it on the way.
 
         Args:
             folder: The index folder.
-            mmap: Memory-map the vectors (``faiss.IO_FLAG_MMAP_IFC``) and documents.
+            mmap: Memory-map the vectors (``faiss.IO_FLAG_MMAP_IFC``: flat and scalar-quantised
+                codes, inverted lists) and the documents. ``vectors.npy`` is always memory-mapped.
             verify: Also compare every file's SHA-256 with the metadata (reads every byte).
             encoder: Encoder to query with; default the one recorded in the metadata, loaded
                 on the first text query. Another encoder than the recorded one is refused.
             ef_search: Override the HNSW query-time candidate-list size.
+            nprobe: Override the inverted-file cells scanned per query.
+            rerank: Override the candidates rescored exactly (needs ``vectors.npy`` to matter).
             expected_fingerprint: Refuse the index unless it was built from this corpus.
 
         Returns:
@@ -354,6 +667,11 @@ class DenseRetriever:
             StaleIndexError: If ``expected_fingerprint`` differs from the recorded fingerprint.
         """
         import faiss
+
+        for name, option in (("ef_search", ef_search), ("nprobe", nprobe)):
+            _check_optional_positive(name, option)
+        if rerank is not None:
+            _check_rerank(rerank)
 
         def open_data(meta: dict[str, Any], data: Path) -> DenseRetriever:
             if expected_fingerprint is not None and meta.get("fingerprint") != expected_fingerprint:
@@ -375,6 +693,15 @@ class DenseRetriever:
             check_count(folder, meta, "inconsistent dense index: documents in docs.jsonl vs metadata", len(docs), n)
             check_count(folder, meta, "inconsistent dense index: dimension of dense.faiss vs metadata",
                         int(index.d), meta.get("dim"))
+            kept = None
+            if (data / VECTORS_FILE).is_file():
+                try:
+                    kept = np.load(data / VECTORS_FILE, mmap_mode="r")
+                except (OSError, ValueError) as exc:
+                    raise damaged(folder, meta, f"{data / VECTORS_FILE}: unreadable ({exc})") from exc
+                if kept.shape != (n, meta.get("dim")) or kept.dtype not in (np.float32, np.float16):
+                    raise damaged(folder, meta, f"inconsistent dense index: {VECTORS_FILE} holds {kept.dtype} "
+                                                f"{kept.shape}, expected ({n}, {meta.get('dim')})")
             params = meta.get("params") or {}
             return cls(
                 index,
@@ -383,6 +710,10 @@ class DenseRetriever:
                 encoder=encoder,
                 encoder_name=str(meta["encoder"]),
                 ef_search=ef_search if ef_search is not None else int(params.get("ef_search", 128)),
+                nprobe=nprobe if nprobe is not None else int(params.get("nprobe", 32)),
+                rerank=rerank if rerank is not None else int(params.get("rerank", 0)),
+                rerank_vectors=kept,
+                index_type=str(meta.get("index_type", "flat")),
             )
 
         return load_index(folder, cls.kind, open_data, verify=verify)
@@ -435,26 +766,45 @@ class DenseRetriever:
         if q.shape[0] == 0 or n == 0:
             return np.zeros((q.shape[0], k_out), dtype=np.float32), np.zeros((q.shape[0], k_out), dtype=np.int64)
         k_fetch = min(n, k + _TIE_MARGIN)
+        scores: np.ndarray | None = None
         try:
-            if self.index_type == "hnsw":
+            if isinstance(self._index, faiss.IndexHNSW):
+                k_fetch = min(n, max(k_fetch, self.rerank))
                 params = faiss_any.SearchParametersHNSW(efSearch=max(self.ef_search, k_fetch))
-                _, rows = self._index.search(q, k_fetch, params=params)
-            elif q.shape[0] < BLAS_THRESHOLD:
+                scores, rows = self._index.search(q, k_fetch, params=params)
+            elif isinstance(self._index, faiss.IndexIVF):
+                k_fetch = min(n, max(k_fetch, self.rerank))
+                params = faiss_any.SearchParametersIVF(nprobe=min(self.nprobe, int(self._index.nlist)))
+                scores, rows = self._index.search(q, k_fetch, params=params)
+            elif self._vectors is not None and q.shape[0] < BLAS_THRESHOLD:
                 # A few queries: one BLAS matrix-vector product over the stored vectors. FAISS's
                 # per-pair SIMD path with OpenMP threads was 2-3x slower than this on a busy machine.
                 sims = q @ self._vectors.T
                 rows = np.argpartition(-sims, k_fetch - 1, axis=1)[:, :k_fetch] if k_fetch < n else (
                     np.broadcast_to(np.arange(n), (q.shape[0], n)))
             else:
-                _, rows = self._index.search(q, k_fetch)
+                if self._vectors is None:
+                    k_fetch = min(n, max(k_fetch, self.rerank))
+                scores, rows = self._index.search(q, k_fetch)
         except RuntimeError as exc:
             raise RetrieverError(f"FAISS search failed: {str(exc).splitlines()[0]}") from exc
-        # FAISS's kernels differ with the batch size (BLAS or SIMD), so the last bits of a score can
-        # depend on the other queries of the batch. Rescore the candidates one pair at a time in
-        # float64, then order by score and row: a query's ranking no longer depends on its batch.
         missing = rows < 0
-        cand = self._vectors[np.where(missing, 0, rows)].astype(np.float64)
-        exact = (cand * q.astype(np.float64)[:, None, :]).sum(axis=-1)
+        if self._exact is not None:
+            # FAISS's kernels differ with the batch size (BLAS or SIMD), so the last bits of a score
+            # can depend on the other queries of the batch. Rescore the candidates one pair at a
+            # time in float64, then order by score and row: a query's ranking no longer depends on
+            # its batch. For a compressed index this is the exact re-ranking from vectors.npy.
+            safe = np.where(missing, 0, rows)
+            order_read = np.argsort(safe, axis=None)  # read memory-mapped rows in file order
+            flat_rows = safe.reshape(-1)[order_read]
+            cand = np.empty((flat_rows.size, self.dim), dtype=np.float64)
+            cand[:] = self._exact[flat_rows]
+            unsorted = np.empty_like(cand)
+            unsorted[order_read] = cand
+            cand = unsorted.reshape(*rows.shape, self.dim)
+            exact = (cand * q.astype(np.float64)[:, None, :]).sum(axis=-1)
+        else:  # a compressed index's own scores, computed one query at a time
+            exact = np.asarray(scores, dtype=np.float64)
         exact[missing] = -np.inf
         tie_rows = np.where(missing, np.iinfo(np.int64).max, rows)
         order = np.lexsort((tie_rows, -exact), axis=-1)[:, :k_out]

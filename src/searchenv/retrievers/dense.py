@@ -95,6 +95,8 @@ KEEP_VECTORS = ("none", "float32", "float16")
 _ENCODE_PREFIX = ".encode-"
 # Extra neighbours fetched so that ties at the k-th place are broken by corpus row, not by FAISS.
 _TIE_MARGIN = 8
+# Queries whose candidates are rescored together (a block's float64 candidates fit in cache).
+_RESCORE_BLOCK = 8
 # Batched flat search goes through BLAS (one matrix product per block of documents) from this many
 # queries on, in blocks of this many documents; see configure_faiss_blas.
 BLAS_THRESHOLD = 20
@@ -795,14 +797,12 @@ class DenseRetriever:
             # time in float64, then order by score and row: a query's ranking no longer depends on
             # its batch. For a compressed index this is the exact re-ranking from vectors.npy.
             safe = np.where(missing, 0, rows)
-            order_read = np.argsort(safe, axis=None)  # read memory-mapped rows in file order
-            flat_rows = safe.reshape(-1)[order_read]
-            cand = np.empty((flat_rows.size, self.dim), dtype=np.float64)
-            cand[:] = self._exact[flat_rows]
-            unsorted = np.empty_like(cand)
-            unsorted[order_read] = cand
-            cand = unsorted.reshape(*rows.shape, self.dim)
-            exact = (cand * q.astype(np.float64)[:, None, :]).sum(axis=-1)
+            q64 = q.astype(np.float64)
+            exact = np.empty(rows.shape, dtype=np.float64)
+            for start in range(0, len(q), _RESCORE_BLOCK):  # blocks of queries: the candidates stay in cache
+                stop = start + _RESCORE_BLOCK
+                cand = np.asarray(self._exact[safe[start:stop]], dtype=np.float64)
+                exact[start:stop] = np.einsum("qkd,qd->qk", cand, q64[start:stop])
         else:  # a compressed index's own scores, computed one query at a time
             exact = np.asarray(scores, dtype=np.float64)
         exact[missing] = -np.inf

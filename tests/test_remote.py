@@ -446,3 +446,77 @@ def test_a_server_url_works_wherever_an_index_folder_does(
     res = CliRunner().invoke(get_app(), argv)
     assert res.exit_code == 0, res.output
     assert "1.000" in res.output
+
+
+# ---------------------------------------------------------------------------------- replicas
+
+
+@pytest.fixture()
+def two_scripted() -> Iterator[list[tuple[str, type[ScriptedHandler]]]]:
+    """Two :class:`ScriptedHandler` servers, replicas of one index as far as the client knows."""
+    import http.server
+
+    out, stops = [], []
+    for _ in range(2):
+        handler = type("Handler", (ScriptedHandler,), {"script": [], "seen": []})
+        httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        t = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        t.start()
+        out.append((f"http://127.0.0.1:{httpd.server_address[1]}", handler))
+        stops.append((httpd, t))
+    yield out
+    for httpd, t in stops:
+        httpd.shutdown()
+        httpd.server_close()
+        t.join(timeout=5)
+
+
+def _answer(doc_id: str) -> tuple[int, bytes]:
+    return 200, _r1([[{"document": {"id": doc_id, "contents": "T\nbody"}, "score": 1.0}]])
+
+
+def test_replicas_share_the_load_in_turn(two_scripted: list[tuple[str, type[ScriptedHandler]]]) -> None:
+    (url_a, a), (url_b, b) = two_scripted
+    a.script = [_answer("a")] * 3
+    b.script = [_answer("b")] * 3
+    with RemoteRetriever([url_a, url_b], timeout=5) as remote:
+        got = [remote.search_batch(["q"], 1)[0][0].doc_id for _ in range(6)]
+    assert got == ["a", "b"] * 3 and remote.failovers == 0
+    assert len(a.seen) == len(b.seen) == 3
+
+
+def test_a_replica_that_is_down_is_skipped_within_the_call(two_scripted: list[tuple[str, type[ScriptedHandler]]],
+                                                           ) -> None:
+    (url_b, b), _ = two_scripted
+    down = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    b.script = [_answer("b")] * 5
+    with RemoteRetriever([down, url_b], timeout=5, retries=0, replica_cooldown=60) as remote:
+        got = [remote.search_batch(["q"], 1)[0][0].doc_id for _ in range(5)]
+    assert got == ["b"] * 5
+    assert remote.failovers == 1  # then the dead replica waits out its cooldown behind the live one
+
+
+def test_a_failing_replica_fails_over_and_a_refusal_does_not(
+        two_scripted: list[tuple[str, type[ScriptedHandler]]]) -> None:
+    (url_a, a), (url_b, b) = two_scripted
+    a.script = [(503, b'{"error": "overloaded"}'), _answer("a")]
+    b.script = [_answer("b"), (422, b'{"error": "topk above --max-topk"}')]
+    with RemoteRetriever([url_a, url_b], timeout=5, retries=0, backoff=5.0, replica_cooldown=0) as remote:
+        t0 = time.monotonic()
+        assert remote.search_batch(["q"], 1)[0][0].doc_id == "b"
+        assert time.monotonic() - t0 < 2.0  # the next replica at once, not after the backoff
+        with pytest.raises(RetrieverError, match="HTTP 422"):
+            remote.search_batch(["q"], 1)  # b's turn: refused, and not sent to a
+    assert len(a.seen) == 1 and len(b.seen) == 2
+
+
+def test_all_replicas_down_names_each_of_them() -> None:
+    urls = [f"http://127.0.0.1:{_free_port()}" for _ in range(2)]
+    with RemoteRetriever(urls, timeout=3, retries=1, backoff=0.01) as remote:
+        with pytest.raises(RetrieverError, match="all 2 replicas failed") as err:
+            remote.search_batch(["q"], 1)
+    assert all(u in str(err.value) for u in urls)
+    with pytest.raises(ValueError, match="non-empty"):
+        RemoteRetriever([])
+    with pytest.raises(ValueError, match="listed twice"):
+        RemoteRetriever([urls[0], urls[0] + "/retrieve"])

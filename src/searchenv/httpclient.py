@@ -262,7 +262,8 @@ class JSONClient:
         self.retried = 0
         self._retried_lock = threading.Lock()
 
-    def post(self, url: str, body: Any, deadline: float, *, timeout: float | None = None) -> Any:
+    def post(self, url: str, body: Any, deadline: float, *, timeout: float | None = None,
+             retries: int | None = None) -> Any:
         """POST ``body`` as JSON to ``url`` with retries until ``deadline``; the decoded JSON answer.
 
         Args:
@@ -271,6 +272,7 @@ class JSONClient:
             deadline: A ``time.monotonic()`` value that bounds the call, retries included.
             timeout: The caller's timeout that set ``deadline``, for messages (default: what is
                 left of the deadline now).
+            retries: Extra attempts for this call (default: the client's ``retries``).
 
         Raises:
             error: On a refused request (non-retryable 4xx; the exception's ``http_status`` is set),
@@ -282,6 +284,7 @@ class JSONClient:
         if timeout is None:
             timeout = max(deadline - time.monotonic(), 0.0)
         data = json.dumps(body).encode()
+        retries = self.retries if retries is None else retries
         attempt = 0
         while True:
             if deadline - time.monotonic() <= 0:
@@ -306,7 +309,7 @@ class JSONClient:
             except httpcore.ProtocolError as exc:
                 reason = f"no valid HTTP answer ({type(exc).__name__}: {exc})"
             delay = max(self.backoff * (2**attempt), retry_after or 0.0)
-            if attempt >= self.retries or time.monotonic() + delay >= deadline:
+            if attempt >= retries or time.monotonic() + delay >= deadline:
                 raise self.error(f"{self.service} {url} failed after {attempt + 1} attempt(s): {reason}")
             time.sleep(delay)
             attempt += 1

@@ -10,12 +10,13 @@ from typing import Annotated, Any
 import typer
 
 
-def _parse_options(pairs: list[str]) -> dict[str, Any]:
+def parse_options(pairs: list[str], flag: str = "--option") -> dict[str, Any]:
+    """``KEY=VALUE`` pairs into a dict, each value read as JSON when it is JSON (``3``, ``true``)."""
     out: dict[str, Any] = {}
     for pair in pairs:
         key, sep, raw = pair.partition("=")
         if not sep or not key:
-            raise typer.BadParameter(f"expected KEY=VALUE, got {pair!r}", param_hint="--option")
+            raise typer.BadParameter(f"expected KEY=VALUE, got {pair!r}", param_hint=flag)
         try:
             out[key] = json.loads(raw)
         except json.JSONDecodeError:
@@ -31,8 +32,13 @@ def index(
     retriever: Annotated[str, typer.Option(help="Index kind: bm25 or dense.")] = "bm25",
     option: Annotated[
         list[str] | None,
-        typer.Option(help="Build option KEY=VALUE (e.g. k1=1.2, index_type=hnsw); repeatable."),
+        typer.Option(help="Build option KEY=VALUE (e.g. k1=1.2, index_type=ivf-pq, keep_vectors=float16); "
+                          "repeatable."),
     ] = None,
+    shards: Annotated[
+        int, typer.Option(help="Split the corpus into N document ranges, one index each, searched as one (dense).",
+                          min=1)
+    ] = 1,
 ) -> None:
     """Build a search index over a corpus file.
 
@@ -46,7 +52,7 @@ def index(
     if not corpus.is_file():
         raise typer.BadParameter(f"{corpus} does not exist", param_hint="--corpus")
     try:
-        r = build_index(retriever, corpus, out, **_parse_options(option or []))
+        r = build_index(retriever, corpus, out, shards=shards, **parse_options(option or []))
     except (CorpusFormatError, ValueError, RetrieverError, OSError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

@@ -10,10 +10,20 @@ from typing import Annotated, Any
 import typer
 
 
-def _open_retriever(indexes: list[Path], mmap: bool, weights: list[float] | None) -> Any:
+def _open_retriever(indexes: list[Path], mmap: bool, weights: list[float] | None,
+                    search_options: dict[str, Any] | None = None, shard_urls: list[str] | None = None) -> Any:
     from searchenv.retrievers import open_index
 
-    opened = [open_index(d, mmap=mmap) for d in indexes]
+    if shard_urls:
+        if indexes:
+            raise typer.BadParameter("give --index folders or --shard-url servers, not both", param_hint="--shard-url")
+        from searchenv.retrievers.remote import remote_from_url
+        from searchenv.retrievers.sharded import ShardedRetriever
+
+        return ShardedRetriever([remote_from_url(u) for u in shard_urls])
+    if not indexes:
+        raise typer.BadParameter("give an --index folder (or --shard-url servers)", param_hint="--index")
+    opened = [open_index(d, mmap=mmap, **(search_options or {})) for d in indexes]
     if len(opened) == 1:
         if weights:
             raise typer.BadParameter("--weight needs two or more --index folders", param_hint="--weight")
@@ -68,8 +78,18 @@ def _read_token(ctx: typer.Context, token: str | None, token_file: Path | None) 
 def serve(
     ctx: typer.Context,
     index: Annotated[
-        list[Path], typer.Option("--index", help="Index folder; give two or more for reciprocal-rank fusion.")
-    ],
+        list[Path] | None,
+        typer.Option("--index", help="Index folder (a sharded one too); give two or more for reciprocal-rank fusion."),
+    ] = None,
+    shard_url: Annotated[
+        list[str] | None,
+        typer.Option(help="A server serving one shard, in corpus order (repeatable): this server merges their "
+                          "rankings. Several replicas of a shard: comma-separated URLs."),
+    ] = None,
+    search_option: Annotated[
+        list[str] | None,
+        typer.Option(help="Search option KEY=VALUE for the index (dense: nprobe, ef_search, rerank); repeatable."),
+    ] = None,
     host: Annotated[str, typer.Option(help="Interface to bind; 0.0.0.0 exposes the server to the network.")] = (
         "127.0.0.1"
     ),
@@ -117,6 +137,7 @@ def serve(
     """Serve one or more indexes over HTTP (Search-R1 and single-query dialects)."""
     import uvicorn
 
+    from searchenv.cli.index_cmds import parse_options
     from searchenv.retrievers import RetrieverError
     from searchenv.retrievers.server import (
         DEFAULT_ALLOWED_HOSTS,
@@ -126,9 +147,11 @@ def serve(
         uvicorn_config,
     )
 
+    served = [str(p) for p in index or []] or list(shard_url or [])
     try:
         token = _read_token(ctx, token, token_file)
-        retriever = _open_retriever(index, mmap, weight)
+        retriever = _open_retriever(list(index or []), mmap, weight, parse_options(search_option or [],
+                                    "--search-option"), list(shard_url or []))
         retriever.search_batch(["warm up"], 1)  # loads a dense encoder now, not on the first request
     except (RetrieverError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
@@ -153,7 +176,7 @@ def serve(
             batch_window_ms=batch_window_ms,
             max_batch=max_batch,
             micro_batch=micro_batch,
-            info={"indexes": [str(p) for p in index]},
+            info={"indexes": served},
             allowed_hosts=[*DEFAULT_ALLOWED_HOSTS, *([] if _is_ip(host) else [host]), *(allowed_host or [])],
             accept_untyped_msgpack=msgpack,
         )
@@ -161,7 +184,7 @@ def serve(
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-    typer.echo(f"serving {', '.join(map(str, index))} on http://{host}:{port}/retrieve", err=True)
+    typer.echo(f"serving {', '.join(served)} on http://{host}:{port}/retrieve", err=True)
     uvicorn.Server(uvicorn_config(app, host, port, connections=connections, log_level=log_level)).run()
 
 

@@ -91,6 +91,13 @@ def open_index(
         RetrieverError: If the folder is not an index; StaleIndexError if it is stale;
             IndexIntegrityError if its files are damaged (naming the file and the rebuild command).
     """
+    from searchenv.retrievers.sharded import ShardedRetriever, is_sharded, read_shards
+
+    if is_sharded(folder):
+        if corpus is not None and read_shards(folder).get("source_sha256") != file_sha256(corpus):
+            raise StaleIndexError(f"sharded index {folder} was not built from {corpus}; rebuild it with "
+                                  f"searchenv index --corpus {corpus} --out {folder} --shards N")
+        return ShardedRetriever.load(folder, mmap=mmap, verify=verify, **options)
     meta = read_meta(folder)
     if corpus is not None:
         check_fresh(folder, corpus)
@@ -115,13 +122,20 @@ def build_index(
         kind: ``bm25``, ``dense`` or another registered kind.
         corpus: The FlashRAG JSONL corpus.
         folder: Where to save the index.
-        **options: Passed to the kind's ``build`` (e.g. ``k1``, ``index_type``).
+        **options: Passed to the kind's ``build`` (e.g. ``k1``, ``index_type``); ``shards=N``
+            (N > 1) splits the corpus into N indexes searched as one
+            (:func:`searchenv.retrievers.sharded.build_sharded`).
 
     Returns:
         The retriever over the new index.
     """
     from searchenv.corpus import read_corpus
 
+    shards = options.pop("shards", None)
+    if shards not in (None, 1):
+        from searchenv.retrievers.sharded import build_sharded
+
+        return build_sharded(kind, corpus, folder, shards, **options)
     cls = _index_class(kind)
     sha = file_sha256(corpus)
     docs = read_corpus(corpus)

@@ -754,9 +754,10 @@ class DenseRetriever:
             k: Hits per query.
 
         Returns:
-            ``(scores, rows)``, each ``(num_queries, min(k, num_docs))``, best first, ties by row.
-            An approximate index may find fewer neighbours; missing places hold row ``-1``
-            and score ``-inf``.
+            ``(scores, rows)``, each ``(num_queries, min(k, num_docs))``, best first, ties by row;
+            scores are float64 (exact where the vectors are at hand: merged rankings of several
+            shards order exactly as one index would). An approximate index may find fewer
+            neighbours; missing places hold row ``-1`` and score ``-inf``.
         """
         import faiss
 
@@ -766,7 +767,7 @@ class DenseRetriever:
         n = int(self._index.ntotal)
         k_out = min(k, n)
         if q.shape[0] == 0 or n == 0:
-            return np.zeros((q.shape[0], k_out), dtype=np.float32), np.zeros((q.shape[0], k_out), dtype=np.int64)
+            return np.zeros((q.shape[0], k_out), dtype=np.float64), np.zeros((q.shape[0], k_out), dtype=np.int64)
         k_fetch = min(n, k + _TIE_MARGIN)
         scores: np.ndarray | None = None
         try:
@@ -808,8 +809,7 @@ class DenseRetriever:
         exact[missing] = -np.inf
         tie_rows = np.where(missing, np.iinfo(np.int64).max, rows)
         order = np.lexsort((tie_rows, -exact), axis=-1)[:, :k_out]
-        return (np.take_along_axis(exact, order, axis=1).astype(np.float32),
-                np.take_along_axis(rows, order, axis=1))
+        return np.take_along_axis(exact, order, axis=1), np.take_along_axis(rows, order, axis=1)
 
     def search_batch(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
         """Rank documents for each query (see :class:`searchenv.retrievers.base.Retriever`).

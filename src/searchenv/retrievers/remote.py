@@ -22,6 +22,12 @@ Failures (nothing listening, timeouts, non-2xx answers, malformed JSON or shapes
 :class:`RetrieverError`. Connection errors, timeouts, 429 and 5xx answers are retried with
 exponential backoff while the call's overall ``timeout`` lasts.
 
+Several URLs are replicas of one index: requests go to them in turn (round robin), and a request
+that fails on one replica (nothing listening, a timeout, a 5xx, a malformed answer) is sent at
+once to the next; the failed replica is tried last for ``replica_cooldown`` seconds. A request the
+server refuses (a 4xx: too many queries, a bad token) is not sent elsewhere, since every replica
+would refuse it.
+
 A server is not trusted: ``timeout`` is a deadline for the whole call (every connect, read and
 write is cut at it, so a server dripping one byte at a time cannot hold a call longer), answers
 are capped at ``max_response_bytes`` after decompression (a gzip bomb stops at the cap), JSON
@@ -138,7 +144,7 @@ class RemoteRetriever:
 
     Args:
         url: Server base URL (``http://127.0.0.1:8000``, ``/retrieve`` is appended) or the
-            full endpoint URL.
+            full endpoint URL; or several, replicas of one index (see the module docstring).
         dialect: ``search-r1`` (batched) or ``query`` (one query per request).
         timeout: Deadline in seconds for one :meth:`search_batch` call, retries included: every
             connect, read and write is cut at it, however slowly the server sends.
@@ -149,6 +155,7 @@ class RemoteRetriever:
             requests (keep it at or below the server's limit).
         concurrency: Parallel requests in the ``query`` dialect (and connection-pool size).
         max_response_bytes: Largest answer in bytes, after decompression (32 MiB).
+        replica_cooldown: Seconds a replica that failed is tried only after the others.
 
     Raises:
         ValueError: On a bad URL, dialect, token or option.
@@ -156,7 +163,7 @@ class RemoteRetriever:
 
     def __init__(
         self,
-        url: str,
+        url: str | Sequence[str],
         dialect: str = "search-r1",
         *,
         timeout: float = 30.0,
@@ -166,6 +173,7 @@ class RemoteRetriever:
         max_queries_per_request: int = 256,
         concurrency: int = 8,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        replica_cooldown: float = 5.0,
     ) -> None:
         if dialect not in DIALECTS:
             raise ValueError(f"dialect must be one of {', '.join(DIALECTS)}, got {dialect!r}")
@@ -174,7 +182,21 @@ class RemoteRetriever:
         check_k(concurrency)
         if isinstance(max_response_bytes, bool) or not isinstance(max_response_bytes, int) or max_response_bytes < 1:
             raise ValueError(f"max_response_bytes must be a positive integer, got {max_response_bytes!r}")
-        self.url = _endpoint(url)
+        urls = [url] if isinstance(url, str) else list(url)
+        if not urls:
+            raise ValueError("url must be a server URL or a non-empty list of them")
+        self.urls = [_endpoint(u) for u in urls]
+        if len(set(self.urls)) != len(self.urls):
+            raise ValueError(f"the same replica is listed twice: {self.urls}")
+        if not (isinstance(replica_cooldown, (int, float)) and 0 <= replica_cooldown < math.inf):
+            raise ValueError(f"replica_cooldown must be a non-negative number of seconds, got {replica_cooldown!r}")
+        self.url = self.urls[0]
+        self.replica_cooldown = float(replica_cooldown)
+        #: Requests sent to another replica after one failed.
+        self.failovers = 0
+        self._next_replica = 0
+        self._down_until = dict.fromkeys(self.urls, 0.0)
+        self._replica_lock = threading.Lock()
         self.dialect = dialect
         self.timeout = float(timeout)
         self.retries = retries
@@ -190,8 +212,45 @@ class RemoteRetriever:
         self._pool_lock = threading.Lock()
 
     def _post(self, body: dict[str, Any], deadline: float) -> Any:
-        """POST ``body`` with retries until ``deadline`` (a ``time.monotonic()`` value)."""
-        return self._client.post(self.url, body, deadline, timeout=self.timeout)
+        """POST ``body`` with retries until ``deadline`` (a ``time.monotonic()`` value).
+
+        With replicas, each attempt goes to the next replica in turn, healthy ones first.
+        """
+        if len(self.urls) == 1:
+            return self._client.post(self.url, body, deadline, timeout=self.timeout)
+        failures: list[str] = []
+        for attempt in range(self.retries + 1):
+            for url in self._replica_order():
+                if time.monotonic() >= deadline:
+                    break
+                try:
+                    answer = self._client.post(url, body, deadline, timeout=self.timeout, retries=0)
+                except RetrieverError as exc:
+                    if getattr(exc, "http_status", None) is not None:
+                        raise  # refused: every replica would refuse it
+                    failures.append(str(exc))
+                    with self._replica_lock:
+                        self._down_until[url] = time.monotonic() + self.replica_cooldown
+                        self.failovers += 1
+                    continue
+                with self._replica_lock:
+                    self._down_until[url] = 0.0
+                return answer
+            delay = self.backoff * (2**attempt)
+            if attempt == self.retries or time.monotonic() + delay >= deadline:
+                break
+            time.sleep(delay)
+        raise RetrieverError(f"all {len(self.urls)} replicas failed within {self.timeout:g} s: "
+                             + "; ".join(failures[-len(self.urls):] or ["no time left"]))
+
+    def _replica_order(self) -> list[str]:
+        """The replicas from the next one in turn, those not in their cooldown first."""
+        with self._replica_lock:
+            start = self._next_replica
+            self._next_replica = (start + 1) % len(self.urls)
+            now = time.monotonic()
+            rotated = self.urls[start:] + self.urls[:start]
+            return sorted(rotated, key=lambda u: self._down_until[u] > now)  # stable: keeps the turn
 
     # ------------------------------------------------------------------ search
 
@@ -258,7 +317,8 @@ class RemoteRetriever:
         self.close()
 
     def __repr__(self) -> str:
-        return f"RemoteRetriever({self.url!r}, dialect={self.dialect!r})"
+        where = self.url if len(self.urls) == 1 else self.urls
+        return f"RemoteRetriever({where!r}, dialect={self.dialect!r})"
 
 
 def is_server_url(spec: object) -> bool:
@@ -267,5 +327,9 @@ def is_server_url(spec: object) -> bool:
 
 
 def remote_from_url(url: str) -> RemoteRetriever:
-    """A :class:`RemoteRetriever` for a retriever given as a server URL, with ``$SEARCHENV_TOKEN`` if set."""
-    return RemoteRetriever(url, token=os.environ.get(TOKEN_ENV) or None)
+    """A :class:`RemoteRetriever` for a retriever given as a server URL, with ``$SEARCHENV_TOKEN`` if set.
+
+    Comma-separated URLs are replicas of one index (``http://a:8000,http://b:8000``).
+    """
+    urls = [u.strip() for u in url.split(",") if u.strip()]
+    return RemoteRetriever(urls if len(urls) > 1 else url, token=os.environ.get(TOKEN_ENV) or None)

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -141,3 +142,22 @@ def test_english_stemming_is_an_index_option(tmp_path) -> None:  # type: ignore[
     with pytest.raises(ValueError, match="stemmer must be one of"):
         BM25Retriever.build(docs, tmp_path / "bad", stemmer="klingon")
     assert not (tmp_path / "bad").exists()
+
+
+def test_numba_backend_ranks_exactly_as_numpy(tmp_path: Path) -> None:
+    """bm25s's numba top-k orders ties arbitrarily; the wrapper's canonical order must not change."""
+    pytest.importorskip("numba")
+    from searchenv.tasks.synthetic import stream_passages
+
+    docs = list(stream_passages(3000, seed=1))
+    plain = BM25Retriever.build(docs, tmp_path / "idx")
+    fast = BM25Retriever.load(tmp_path / "idx", backend="numba")
+    rng = np.random.default_rng(0)
+    queries = ["", "zzz unknown words", "the the the"]
+    for i in rng.choice(len(docs), 60, replace=False):
+        words = docs[int(i)].text.split()
+        queries += [docs[int(i)].title, " ".join(words[:2]), " ".join([docs[int(i)].title, *words[3:5]])]
+    for k in (1, 3, 10, 50):
+        assert fast.search_batch(queries, k) == plain.search_batch(queries, k)
+    with pytest.raises(ValueError, match="backend must be one of"):
+        BM25Retriever.load(tmp_path / "idx", backend="rust")

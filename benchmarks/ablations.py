@@ -1,0 +1,228 @@
+"""The papers' claims, measured here: process reward, frugal search, RL without demonstrations, PPO vs GRPO.
+
+Every arm trains SmolLM2-135M-Instruct (LoRA) on ``synthetic-2hop`` for the same number of steps
+from the same start and is evaluated greedily on the same held-out dev questions as
+``benchmarks/learning.py``'s multi-hop run, whose folder (``--out runs/learning_2hop``) this
+shares: its SFT checkpoint is the common start and its ``grpo_outcome`` phase is the arm
+``outcome_s0`` (same config, seed 0), so nothing is trained twice.
+
+| comparison | paper | arms (first vs second) |
+|---|---|---|
+| ``process`` | R3-RAG | GRPO, outcome + relevance-verified process term vs outcome-only; seeds 0 and 1 each |
+| ``frugal`` | FrugalRAG | GRPO, outcome + 0.1 per search vs outcome-only |
+| ``from_base`` | ReSearch | GRPO from the base model (outcome + format) vs SFT then GRPO |
+| ``ppo`` | Search-R1 | PPO (value head, 16 questions x 1 sample per step) vs GRPO (4 x 4): equal episodes |
+
+Each arm is a phase cached as ``<out>/ablation_<arm>.json`` (per-question EM and F1 inside); an arm
+that was stopped resumes from its checkpoint (the trainers resume exactly); ``--arms`` picks what
+to run now and ``--report`` only rewrites the results from what is finished. Each comparison
+writes ``benchmarks/results/ablation_<comparison>.json`` and ``.md``: EM, F1, searches per
+question and seconds per question of each arm, the paired difference in EM over the dev questions
+with a 95% bootstrap interval (with two seeds per side, each question's EM is averaged over the
+seeds first), the per-seed EMs, and the learning curves (PNG). Comparisons with arms still
+missing say which.
+
+Usage: python benchmarks/ablations.py --arms process_s0,outcome_s1 [--out runs/learning_2hop]
+       python benchmarks/ablations.py --report
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE] + [str(_HERE)]
+
+import learning  # noqa: E402
+from _common import RESULTS, machine  # noqa: E402
+
+OUTCOME = {"outcome": 1.0, "format": 0.1}
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One training run: trainer, reward, seed and start."""
+
+    trainer: str = "grpo"
+    reward: dict[str, float] = field(default_factory=lambda: dict(OUTCOME))
+    seed: int = 0
+    from_sft: bool = True
+    reuse: str | None = None  # a learning.py phase with exactly this config
+
+
+ARMS: dict[str, Arm] = {
+    "outcome_s0": Arm(reuse="grpo_outcome"),
+    "outcome_s1": Arm(seed=1),
+    "process_s0": Arm(reward={**OUTCOME, "relevance": 0.2}),
+    "process_s1": Arm(reward={**OUTCOME, "relevance": 0.2}, seed=1),
+    "frugal_s0": Arm(reward={**OUTCOME, "cost": 0.1}),
+    "from_base_s0": Arm(from_sft=False),
+    "ppo_s0": Arm(trainer="ppo"),
+}
+
+# name -> (paper, claim, first arms, second arms)
+COMPARISONS: dict[str, tuple[str, str, list[str], list[str]]] = {
+    "process": ("R3-RAG", "a relevance-verified process reward beats outcome-only reward on multi-hop questions",
+                ["process_s0", "process_s1"], ["outcome_s0", "outcome_s1"]),
+    "frugal": ("FrugalRAG", "a search-cost term roughly halves searches at little accuracy cost",
+               ["frugal_s0"], ["outcome_s0"]),
+    "from_base": ("ReSearch", "RL from outcome reward alone, without demonstrations, learns to search",
+                  ["from_base_s0"], ["outcome_s0"]),
+    "ppo": ("Search-R1", "PPO with a value head vs GRPO at equal samples", ["ppo_s0"], ["outcome_s0"]),
+}
+
+
+def parse_args() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--arms", default="", help=f"Comma list of {', '.join(ARMS)} to run now.")
+    ap.add_argument("--report", action="store_true", help="Only write the results of finished arms.")
+    ap.add_argument("--out", type=Path, default=Path("runs/learning_2hop"))
+    # the settings of the shared multi-hop run (benchmarks/results/learning_2hop.md)
+    ap.add_argument("--task", default="synthetic-2hop")
+    ap.add_argument("--n-dev", type=int, default=200)
+    ap.add_argument("--top-k", type=int, default=3)
+    ap.add_argument("--max-turns", type=int, default=3)
+    ap.add_argument("--max-doc-chars", type=int, default=450)
+    ap.add_argument("--max-new-tokens", type=int, default=80)
+    ap.add_argument("--steps", type=int, default=20, help="Training steps of every arm.")
+    ap.add_argument("--grpo-batch", type=int, default=4)
+    ap.add_argument("--grpo-group", type=int, default=4)
+    ap.add_argument("--lr", type=float, default=1e-5, help="Learning rate (x10 for LoRA, as learning.py).")
+    ap.add_argument("--lora-r", type=int, default=12)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--save-every", type=int, default=2)
+    args = ap.parse_args()
+    unknown = {a for a in args.arms.split(",") if a} - set(ARMS)
+    if unknown:
+        ap.error(f"unknown arms {sorted(unknown)}; known: {', '.join(ARMS)}")
+    return args
+
+
+def learning_args(args: argparse.Namespace, seed: int) -> argparse.Namespace:
+    """The namespace learning.py's helpers read (its run folder, evaluation and trainer settings)."""
+    ns = copy.copy(args)
+    ns.seed, ns.lora, ns.lora_lr_scale, ns.bf16 = seed, True, 10.0, True
+    return ns
+
+
+def arm_config(args: argparse.Namespace, name: str) -> tuple[Any, Any]:
+    """``(config, train function)`` of an arm."""
+    arm = ARMS[name]
+    ns = learning_args(args, arm.seed)
+    sft = args.out / "sft"
+    init = str(sft) if arm.from_sft else None
+    if arm.from_sft and not (sft / "checkpoint.pt").is_file():
+        raise SystemExit(f"{sft} has no SFT checkpoint: run benchmarks/learning.py (see the docstring) first")
+    common = {"reward": dict(arm.reward), "steps": args.steps, "learning_rate": learning.lr(ns, args.lr),
+              "kl_coef": 0.0, "temperature": 1.0, "init_from": init, **learning.trainer_kwargs(ns, f"ablation_{name}")}
+    if arm.trainer == "ppo":
+        from agents.trainers.ppo import PPOConfig, train_ppo
+
+        episodes = args.grpo_batch * args.grpo_group
+        return PPOConfig(batch_size=episodes, samples_per_question=1, **common), train_ppo
+    from agents.trainers.grpo import GRPOConfig, train_grpo
+
+    return GRPOConfig(batch_size=args.grpo_batch, group_size=args.grpo_group, **common), train_grpo
+
+
+def arm_phase(args: argparse.Namespace, name: str) -> dict[str, Any]:
+    cfg, train = arm_config(args, name)
+    _, row = learning.train_and_evaluate(learning_args(args, ARMS[name].seed), train, cfg)
+    return {**row, "reward": cfg.reward, "init_from": cfg.init_from, "trainer": ARMS[name].trainer,
+            "seed": ARMS[name].seed}
+
+
+def load_arm(args: argparse.Namespace, name: str) -> dict[str, Any] | None:
+    arm = ARMS[name]
+    path = args.out / f"{arm.reuse or 'ablation_' + name}.json"
+    return dict(json.loads(path.read_text())) if path.is_file() else None
+
+
+def arm_run_dir(args: argparse.Namespace, name: str) -> Path:
+    return args.out / (ARMS[name].reuse or f"ablation_{name}")
+
+
+def averaged(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per-question EM and F1 averaged over seeds (the questions every row answered)."""
+    ids = set.intersection(*(set(r["per_question"]) for r in rows))
+    return {"per_question": {q: {k: sum(r["per_question"][q][k] for r in rows) / len(rows) for k in ("em", "f1")}
+                             for q in sorted(ids)}}
+
+
+def report(args: argparse.Namespace) -> None:
+    from agents.plot import plot_runs
+
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    for key, (paper, claim, first, second) in COMPARISONS.items():
+        rows = {n: load_arm(args, n) for n in first + second}
+        missing = [n for n, r in rows.items() if r is None]
+        lines = [f"**{paper}**: {claim}. Task {args.task}, {args.n_dev} held-out dev questions, greedy decoding; "
+                 f"every arm {args.steps} steps from the same start (SFT checkpoint of `{args.out}`, except "
+                 "`from_base`), LoRA rank 12.", ""]
+        data: dict[str, Any] = {"comparison": key, "paper": paper, "claim": claim, "first": first,
+                                "second": second, "missing": missing, "machine": machine(), "arms": {}}
+        if any(r is not None for r in rows.values()):
+            lines += ["| arm | trainer | reward | seed | EM | F1 | searches/q | seconds/q (eval) | train min |",
+                      "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+            for n, r in rows.items():
+                if r is None:
+                    lines.append(f"| {n} | not run yet | | | | | | | |")
+                    continue
+                arm = ARMS[n]
+                lines.append(f"| {n} | {arm.trainer} | {json.dumps(arm.reward)} | {arm.seed} | {r['em']:.3f} | "
+                             f"{r['f1']:.3f} | {r['searches']:.2f} | {r['eval_seconds'] / r['n']:.2f} | "
+                             f"{r['train_seconds'] / 60:.0f} |")
+                data["arms"][n] = {k: v for k, v in r.items() if k != "examples"}
+        if not missing:
+            a = averaged([rows[n] for n in first])  # type: ignore[misc]
+            b = averaged([rows[n] for n in second])  # type: ignore[misc]
+            d = learning.paired_difference(a, b)
+            data["paired_em_difference"] = d
+            lines += ["", f"EM difference ({' + '.join(first)}) - ({' + '.join(second)}): **{d['mean']:+.3f}**, "
+                          f"95% bootstrap interval over the {d['n']} questions [{d['ci_low']:+.3f}, "
+                          f"{d['ci_high']:+.3f}]; questions won / lost {d['a_better']} / {d['b_better']}."]
+            if d["ci_low"] > 0:
+                verdict = "the paper's direction holds here at this budget."
+            elif d["ci_high"] < 0:
+                verdict = "the opposite of the paper's direction here at this budget."
+            else:
+                verdict = "unresolved at this budget: the interval includes zero."
+            lines += ["", f"Verdict on accuracy: {verdict}"]
+            data["verdict"] = verdict
+        else:
+            lines += ["", f"Pending: {', '.join(missing)} (run `python benchmarks/ablations.py --arms "
+                          f"{','.join(missing)}`)."]
+        runs = [arm_run_dir(args, n) for n in first + second if (arm_run_dir(args, n) / "metrics.jsonl").is_file()]
+        if runs:
+            png = plot_runs(runs, RESULTS / f"ablation_{key}_curves.png", labels=[p.name for p in runs], smooth=5)
+            data["curves_png"] = str(png)
+            lines += ["", f"Learning curves: `benchmarks/results/ablation_{key}_curves.png`."]
+        lines += ["", f"Command: `python benchmarks/ablations.py --arms {','.join(first + second)}`."]
+        (RESULTS / f"ablation_{key}.json").write_text(json.dumps(data, indent=2, default=str) + "\n")
+        (RESULTS / f"ablation_{key}.md").write_text("\n".join(lines) + "\n")
+        print("\n".join(lines), "\n")
+
+
+def main() -> None:
+    args = parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    if not args.report:
+        for name in [a for a in args.arms.split(",") if a]:
+            if ARMS[name].reuse:
+                learning.log(f"{name}: the learning.py phase {ARMS[name].reuse} (same config)")
+                continue
+            t0 = time.perf_counter()
+            learning.run_phase(args, f"ablation_{name}", lambda name=name: arm_phase(args, name))
+            learning.log(f"{name}: {time.perf_counter() - t0:.0f} s")
+    report(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -88,7 +88,8 @@ def serve(
     ] = None,
     search_option: Annotated[
         list[str] | None,
-        typer.Option(help="Search option KEY=VALUE for the index (dense: nprobe, ef_search, rerank); repeatable."),
+        typer.Option(help="Search option KEY=VALUE for the index (dense: nprobe, ef_search, rerank; bm25: "
+                          "backend=numba); repeatable."),
     ] = None,
     host: Annotated[str, typer.Option(help="Interface to bind; 0.0.0.0 exposes the server to the network.")] = (
         "127.0.0.1"

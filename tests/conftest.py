@@ -78,6 +78,16 @@ def corpus_file(tmp_path: Path) -> Path:
 
 
 @pytest.fixture()
+def qa_file(tmp_path: Path) -> Path:
+    """The hand-written questions as a QA JSONL file."""
+    from searchenv.tasks.base import write_qa_jsonl
+
+    path = tmp_path / "qa.jsonl"
+    write_qa_jsonl(path, EXAMPLES)
+    return path
+
+
+@pytest.fixture()
 def make_env(corpus_file: Path):  # type: ignore[no-untyped-def]
     from searchenv.env import SearchQAEnv
 

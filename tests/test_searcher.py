@@ -10,16 +10,7 @@ import torch
 from agents.searcher import SearcherNotFoundError, export_searcher, load_searcher, read_manifest
 from agents.trainers.common import load_weights
 from agents.trainers.sft import SFTConfig, train_sft
-from searchenv.tasks.base import write_qa_jsonl
-from tests.conftest import EXAMPLES
 from tests.tiny_model import tiny_policy
-
-
-@pytest.fixture()
-def qa_file(tmp_path: Path) -> Path:
-    path = tmp_path / "qa.jsonl"
-    write_qa_jsonl(path, EXAMPLES)
-    return path
 
 
 def _logits(policy, text: str) -> torch.Tensor:  # type: ignore[no-untyped-def]

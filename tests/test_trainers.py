@@ -10,16 +10,8 @@ import torch
 
 from agents.trainers.common import Sample, forward_logprobs, pad_samples, read_metrics
 from agents.trainers.sft import SFTConfig, messages_to_sample, train_sft
-from searchenv.tasks.base import write_qa_jsonl
 from tests.conftest import EXAMPLES
 from tests.tiny_model import tiny_policy
-
-
-@pytest.fixture()
-def qa_file(tmp_path: Path) -> Path:
-    path = tmp_path / "qa.jsonl"
-    write_qa_jsonl(path, EXAMPLES)
-    return path
 
 
 def _params(policy: Any) -> dict[str, torch.Tensor]:

@@ -85,6 +85,9 @@ class EpisodeRecord:
         truncated: The turn budget or the token budget ran out first.
         stop_reason: ``answered``, ``max_turns`` or ``max_total_tokens``.
         infra_error: The retriever failed during the episode (drop it from training).
+        probe_span: ``(start, end)`` in ``completion_ids`` of a REX-RAG probe inserted after replayed
+            turns (loss mask 0, never trained on), or ``None`` for an ordinary episode.
+        replayed_turns: Turns copied from an earlier episode before the probe (see :class:`ProbeStart`).
         generation_seconds: Wall seconds of the ``generate`` calls this episode took part in.
         environment_seconds: Wall seconds of the environment and retrieval work of its rounds.
     """
@@ -112,6 +115,8 @@ class EpisodeRecord:
     truncated: bool = False
     stop_reason: str = ""
     infra_error: bool = False
+    probe_span: tuple[int, int] | None = None
+    replayed_turns: int = 0
     generation_seconds: float = 0.0
     environment_seconds: float = 0.0
 
@@ -230,6 +235,37 @@ def episode_seed(seed: int, index: int, turn: int | None = None) -> int:
     return int(np.random.SeedSequence(key).generate_state(1, np.uint64)[0] >> 1)
 
 
+@dataclass(frozen=True)
+class ProbeStart:
+    """Start an episode from the first turns of an earlier one, then a probe (REX-RAG).
+
+    The episode replays ``turns`` policy turns of ``source`` (the same token ids and sampling
+    log-probs; the environment steps through them again, so its state and documents are the
+    same), then ``probe_text`` is inserted as environment text (loss mask 0) and the policy
+    continues from there. REX-RAG uses it to leave a dead end: the earlier episode failed, and the
+    probe (for example a remark that the last search may have been wrong) steers the continuation
+    elsewhere.
+
+    Attributes:
+        source: The earlier episode (same example).
+        turns: Policy turns of ``source`` to replay, fewer than it has (its last turn is not replayed).
+        probe_text: Text inserted after them.
+    """
+
+    source: EpisodeRecord
+    turns: int
+    probe_text: str
+
+    def __post_init__(self) -> None:
+        """Validate."""
+        if isinstance(self.turns, bool) or not isinstance(self.turns, int) or not (
+                0 <= self.turns < max(1, len(self.source.turn_texts))):
+            raise ValueError(f"turns must be in [0, {len(self.source.turn_texts)}) for an episode of "
+                             f"{len(self.source.turn_texts)} turns, got {self.turns!r}")
+        if not isinstance(self.probe_text, str) or not self.probe_text:
+            raise ValueError("probe_text must be a non-empty string")
+
+
 @dataclass
 class _Live:
     rec: EpisodeRecord
@@ -298,7 +334,8 @@ class RolloutEngine:
         self._hits: dict[int, list[list[Hit]] | Exception] = {}
 
     def run(
-        self, examples: Sequence[Example], *, group_size: int = 1, seed: int = 0, first_index: int = 0
+        self, examples: Sequence[Example], *, group_size: int = 1, seed: int = 0, first_index: int = 0,
+        starts: Sequence[ProbeStart | None] | None = None,
     ) -> RolloutBatch:
         """Run ``group_size`` episodes of every example.
 
@@ -310,6 +347,8 @@ class RolloutEngine:
             seed: Seeds everything random in the run.
             first_index: Index of the first episode (episode ``k`` is seeded from ``(seed, k)``), so a
                 run split into parts reproduces the episodes of one whole run.
+            starts: One entry per episode (example-major), a :class:`ProbeStart` to begin from an
+                earlier episode's turns and a probe, or ``None`` for a fresh episode.
 
         Returns:
             The episodes in input order (example-major), with run statistics.
@@ -324,9 +363,12 @@ class RolloutEngine:
             raise TypeError("examples must be a sequence of examples")
         options = [self._reset_options(ex) for ex in examples]
         stats = RolloutStats(episodes=len(options) * group_size)
+        if starts is not None and len(starts) != stats.episodes:
+            raise ValueError(f"starts has {len(starts)} entries for {stats.episodes} episodes")
         t_start = time.perf_counter()
         pending = deque(
-            (g * group_size + s, g, s, options[g]) for g in range(len(options)) for s in range(group_size)
+            (g * group_size + s, g, s, options[g], None if starts is None else starts[g * group_size + s])
+            for g in range(len(options)) for s in range(group_size)
         )
         records: list[EpisodeRecord | None] = [None] * stats.episodes
         slots: list[_Live | None] = [None] * len(self.envs)
@@ -393,8 +435,8 @@ class RolloutEngine:
         raise TypeError(f"an example must be a QAExample, an id, an index or reset options, got {type(ex).__name__}")
 
     def _start(
-        self, env: SearchQAEnv, index: int, group: int, sample: int, options: dict[str, Any], *,
-        seed: int, first_index: int, prompt_cache: dict[str, list[int]],
+        self, env: SearchQAEnv, index: int, group: int, sample: int, options: dict[str, Any],
+        start: ProbeStart | None, *, seed: int, first_index: int, prompt_cache: dict[str, list[int]],
     ) -> _Live:
         index += first_index
         ep_seed = episode_seed(seed, index)
@@ -407,7 +449,44 @@ class RolloutEngine:
         live = _Live(rec, env)
         if len(rec.prompt_ids) >= self.max_total_tokens:
             self._end_early(live)
+        elif start is not None:
+            self._replay(live, start)
         return live
+
+    def _replay(self, lv: _Live, start: ProbeStart) -> None:
+        """Step the environment through ``start.turns`` turns of the source episode, then insert the probe."""
+        rec, src = lv.rec, start.source
+        if src.example_id != rec.example_id:
+            raise ValueError(f"a probe of example {rec.example_id!r} cannot replay an episode of {src.example_id!r}")
+        for t in range(start.turns):
+            if rec.stop_reason:
+                return
+            ids, (s0, s1) = list(src.generated_ids[t]), src.turn_spans[t]
+            begin = len(rec.completion_ids)
+            rec.completion_ids.extend(ids)
+            rec.loss_mask.extend([1] * len(ids))
+            rec.logprobs.extend(src.logprobs[s0:s1] if s1 - s0 == len(ids) else [math.nan] * len(ids))
+            rec.turn_spans.append((begin, len(rec.completion_ids)))
+            rec.generated_ids.append(ids)
+            rec.turn_texts.append(src.turn_texts[t])
+            rec.finish_reasons.append(src.finish_reasons[t])
+            rec.replayed_turns += 1
+            lv.turn += 1
+            lv.request = lv.env.prepare_step(src.turn_texts[t])
+            if lv.request.queries:
+                self._hits[id(lv)] = search_or_error(lv.env.retriever, lv.request.queries, lv.env.top_k)
+            self._finish_step(lv)
+        if rec.stop_reason:
+            return
+        probe = [int(t) for t in self.policy.encode(start.probe_text)]
+        if len(rec.prompt_ids) + len(rec.completion_ids) + len(probe) >= self.max_total_tokens:
+            self._end_early(lv)
+            return
+        begin = len(rec.completion_ids)
+        rec.completion_ids.extend(probe)
+        rec.loss_mask.extend([0] * len(probe))
+        rec.logprobs.extend([0.0] * len(probe))
+        rec.probe_span = (begin, len(rec.completion_ids))
 
     def _generate_round(self, active: list[_Live], seed: int) -> float:
         """One ``generate`` call for every live episode; record the turns; prepare the steps."""
@@ -560,6 +639,7 @@ def rollout(
     seed: int = 0,
     concurrency: int = 64,
     env_kwargs: Mapping[str, Any] | None = None,
+    starts: Sequence[ProbeStart | None] | None = None,
 ) -> RolloutBatch:
     """Run ``group_size`` episodes per example with a :class:`RolloutEngine`.
 
@@ -580,6 +660,7 @@ def rollout(
         seed: Seeds the run.
         concurrency: Episodes in flight at once.
         env_kwargs: More ``SearchQAEnv`` arguments (``max_doc_chars``, ``corpus``, ...).
+        starts: Per episode, a :class:`ProbeStart` or ``None`` (see :meth:`RolloutEngine.run`).
 
     Returns:
         The episodes (example-major) and run statistics.
@@ -608,4 +689,4 @@ def rollout(
         temperature=temperature,
         top_p=top_p,
     )
-    return engine.run(examples, group_size=group_size, seed=seed)
+    return engine.run(examples, group_size=group_size, seed=seed, starts=starts)

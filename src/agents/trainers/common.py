@@ -844,6 +844,7 @@ class Episode:
         answered: Whether the agent answered.
         infra_error: The retriever failed during the episode (drop from the gradient).
         response_tokens: Tokens the policy generated.
+        record: The rollout engine's :class:`~agents.rollout.EpisodeRecord` it came from.
     """
 
     sample: Sample
@@ -854,6 +855,7 @@ class Episode:
     answered: bool
     infra_error: bool
     response_tokens: int
+    record: Any = None
 
 
 def episode_metrics(episodes: Sequence[Episode]) -> dict[str, Any]:
@@ -886,12 +888,13 @@ def run_rollouts(
     seed: int,
     timer: Timer,
     reward: Any = None,
+    starts: Sequence[Any] | None = None,
 ) -> list[Episode]:
     """Roll out ``group_size`` episodes per example with :func:`agents.rollout.rollout`.
 
     Episodes come back example-major (``Episode.group`` is the example's index). Generation and
     environment (retrieval included) seconds are added to ``timer`` under ``generation`` and
-    ``environment``.
+    ``environment``. ``starts`` (one per episode) begins episodes from :class:`~agents.rollout.ProbeStart`s.
     """
     from agents.rollout import rollout
 
@@ -908,6 +911,7 @@ def run_rollouts(
         temperature=cfg.temperature,
         seed=seed,
         env_kwargs={"max_doc_chars": cfg.max_doc_chars},
+        starts=starts,
     )
     st = batch.stats
     timer.seconds["generation"] = timer.seconds.get("generation", 0.0) + st.generation_seconds
@@ -921,15 +925,31 @@ def episode_from_record(rec: Any) -> Episode:
 
     Each turn's reward goes on that turn's last generated token (a turn with no tokens credits
     the latest earlier policy token).
+
+    A REX-RAG probe episode (``rec.probe_span`` set) becomes the sequence the policy should learn
+    to produce on its own: the probe's tokens are removed, so they are neither trained on nor seen
+    as context, and ``extras["behavior_logprobs"]`` keeps each token's sampling log-prob (under
+    the context *with* the probe, which is what generated it). A trainer uses those as the old
+    log-probs, so the clipped ratio ``pi(token | no probe) / mu(token | probe)`` is the importance
+    weight that corrects for the probe. ``extras["probe"]`` marks such samples.
     """
     prompt = list(rec.prompt_ids)
-    ids = prompt + list(rec.completion_ids)
-    mask = [0] * len(prompt) + [int(m) for m in rec.loss_mask]
+    completion, loss_mask, logprobs = list(rec.completion_ids), [int(m) for m in rec.loss_mask], list(rec.logprobs)
+    cut = (0, 0) if rec.probe_span is None else rec.probe_span
+    width = cut[1] - cut[0]
+    if width:
+        del completion[cut[0] : cut[1]], loss_mask[cut[0] : cut[1]], logprobs[cut[0] : cut[1]]
+
+    def shifted(pos: int) -> int:  # a completion position after removing the probe
+        return pos - width if pos >= cut[1] else pos
+
+    ids = prompt + completion
+    mask = [0] * len(prompt) + loss_mask
     turn_ends: list[int] = []
     last = -1
     for start, end in rec.turn_spans:
         if end > start:
-            last = len(prompt) + end - 1
+            last = len(prompt) + shifted(end) - 1
         turn_ends.append(last)
     rewards = [float(r) for r in rec.rewards]
     totals: dict[str, float] = {}
@@ -938,6 +958,9 @@ def episode_from_record(rec: Any) -> Episode:
             totals[k] = totals.get(k, 0.0) + float(v)
     info = rec.info
     sample = Sample(ids, mask, {"return": sum(rewards), "turn_ends": turn_ends, "turn_rewards": rewards})
+    if rec.probe_span is not None:
+        sample.extras.update(probe=True, probe_at=len(prompt) + cut[0],
+                             behavior_logprobs=[0.0] * len(prompt) + [float(x) for x in logprobs])
     return Episode(
         sample=sample,
         group=int(rec.group),
@@ -947,4 +970,5 @@ def episode_from_record(rec: Any) -> Episode:
         answered=info.get("answer") is not None,
         infra_error=bool(rec.infra_error),
         response_tokens=int(sum(rec.loss_mask)),
+        record=rec,
     )

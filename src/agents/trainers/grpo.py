@@ -9,7 +9,12 @@ frozen reference policy. Episodes hit by a retriever failure (``infra_error``) a
 the gradient and counted. With ``dynamic_sampling`` (DAPO), groups whose returns are all equal
 (no gradient signal) are dropped and more questions are rolled out, up to
 ``max_sampling_rounds`` rounds, until ``batch_size`` groups with signal are kept; ``clip_high``
-above ``clip_low`` is DAPO's clip-higher.
+above ``clip_low`` is DAPO's clip-higher. With ``rex_probes`` (REX-RAG), a group whose samples all
+answered wrong (a dead end) gets that many probe episodes: each replays the first turns of one of
+its failed samples, inserts an exploratory remark (``rex_prompts``), and lets the policy continue.
+Probes join their group's advantages; they are trained without the remark (its tokens are neither
+trained on nor kept as context), with the sampling log-probs as the old log-probs, so the clipped
+ratio is the importance weight ``pi(token | no remark) / mu(token | remark)`` that corrects for it.
 
 Read top to bottom: config, then :func:`train_grpo`.
 """
@@ -52,6 +57,15 @@ from agents.trainers.common import (
 )
 from agents.trainers.config import RLConfig, _help
 
+#: REX-RAG's exploratory remarks, written as the policy's own thinking (Search-R1 tags).
+REX_PROMPTS = (
+    "<think> Wait, the documents so far may not be the right ones. I should search again with a different "
+    "query. </think>\n",
+    "<think> Let me check this again: a more specific search could find the missing fact. </think>\n",
+    "<think> I may have followed the wrong entity. I will search for the question's first step again. "
+    "</think>\n",
+)
+
 
 @dataclass
 class GRPOConfig(RLConfig):
@@ -70,6 +84,15 @@ class GRPOConfig(RLConfig):
         default=4, metadata=_help("Rollout rounds per step at most with dynamic_sampling (then train on what is kept).")
     )
 
+    rex_probes: int = field(
+        default=0,
+        metadata=_help("REX-RAG: probe episodes per dead-end group (every sample wrong); 0 turns probing off."),
+    )
+    rex_prompts: tuple[str, ...] = field(
+        default=REX_PROMPTS,
+        metadata=_help("REX-RAG: exploratory remarks inserted into a probe (one drawn per probe)."),
+    )
+
     @property
     def episodes_per_step(self) -> int:
         """``batch_size`` questions x ``group_size`` samples."""
@@ -85,6 +108,11 @@ class GRPOConfig(RLConfig):
             raise ValueError(f"max_sampling_rounds must be a positive integer, got {self.max_sampling_rounds!r}")
         if self.scale_rewards not in SCALINGS:
             raise ValueError(f"scale_rewards must be one of {SCALINGS}, got {self.scale_rewards!r}")
+        if isinstance(self.rex_probes, bool) or not isinstance(self.rex_probes, int) or self.rex_probes < 0:
+            raise ValueError(f"rex_probes must be a non-negative integer, got {self.rex_probes!r}")
+        self.rex_prompts = tuple(self.rex_prompts)
+        if not self.rex_prompts or not all(isinstance(p, str) and p.strip() for p in self.rex_prompts):
+            raise ValueError("rex_prompts must be a non-empty list of non-empty strings")
 
 
 StepCallback = Callable[[int, list[Sample], dict[str, Any], Any], None]
@@ -163,6 +191,7 @@ def train_grpo(
         model.eval()
         episodes: list[Any] = []
         group_of: list[int] = []  # each episode's group id, unique across rounds
+        question_of: dict[int, int] = {}  # group id -> index of its question in examples
         kept_groups: list[int] = []
         dropped = rounds = 0
         while True:
@@ -173,6 +202,7 @@ def train_grpo(
                 seed=_step_seed(cfg.seed, step) + rounds * 1_000_003, timer=timer, reward=reward,
             )
             base = rounds * cfg.batch_size
+            question_of.update({base + j: int(qi) for j, qi in enumerate(qidx)})
             episodes += new_eps
             group_of += [base + ep.group for ep in new_eps]
             rounds += 1
@@ -184,6 +214,17 @@ def train_grpo(
             dropped += flat
             if len(kept_groups) >= cfg.batch_size or rounds >= cfg.max_sampling_rounds:
                 break
+        probe_stats = {"probe_groups": 0, "probe_episodes": 0, "probe_em": 0.0}
+        if cfg.rex_probes:
+            new_probes = _probe_dead_ends(policy, episodes, group_of, set(kept_groups), examples, retr, cfg,
+                                          seed=_step_seed(cfg.seed, step) + 7_777_777, gen=gen, timer=timer,
+                                          reward=reward, question_of=question_of)
+            for ep, gid in new_probes:
+                episodes.append(ep)
+                group_of.append(gid)
+            if new_probes:
+                probe_stats = {"probe_groups": len({g for _, g in new_probes}), "probe_episodes": len(new_probes),
+                               "probe_em": float(np.mean([ep.em for ep, _ in new_probes]))}
         model.train()
         keep = set(kept_groups)
         samples: list[Sample] = []
@@ -197,7 +238,7 @@ def train_grpo(
                 continue
             samples.append(ep.sample)
             sample_groups.append(gid)
-        metrics = episode_metrics(episodes)
+        metrics = episode_metrics([ep for ep in episodes if not ep.sample.extras.get("probe")])
 
         # ---- 2. group-relative advantages --------------------------------------------------------
         rewards = [s.extras["return"] for s in samples]
@@ -210,6 +251,9 @@ def train_grpo(
             zero_var, n_groups = 0, 0
         # groups with no signal add no policy gradient; without a KL term they add nothing at all
         trained = [s for s in samples if cfg.kl_coef > 0 or s.extras["advantage"] != 0.0]
+        for s in trained:
+            if s.extras.get("probe"):  # the old log-probs of a probe are its sampling log-probs (with the remark)
+                s.extras["old_logprobs"] = _behavior_logprobs(s)
 
         # ---- 3. optimise ---------------------------------------------------------------------------
         with timer("training"):
@@ -229,6 +273,7 @@ def train_grpo(
             "groups": n_groups,
             "sampling_rounds": rounds,
             "dropped_groups": dropped,
+            **probe_stats,
             "policy_tokens": policy_tokens,
             "sequence_tokens": all_tokens,
             "train_tokens_per_s": all_tokens * cfg.epochs / train_s if train_s > 0 else 0.0,
@@ -249,6 +294,92 @@ def train_grpo(
             break
     bar.close()
     return {"step": step, "last": last, "run_dir": str(run_dir), "policy": policy}
+
+
+def _probe_dead_ends(
+    policy: Any,
+    episodes: Sequence[Any],
+    group_of: Sequence[int],
+    keep: set[int],
+    examples: Sequence[Any],
+    retriever: Any,
+    cfg: GRPOConfig,
+    *,
+    seed: int,
+    gen: np.random.Generator,
+    timer: Timer,
+    reward: Any,
+    question_of: dict[int, int],
+) -> list[tuple[Any, int]]:
+    """REX-RAG probes for the dead-end groups: ``(episode, group id)`` pairs.
+
+    A kept group is a dead end when every usable sample (no retriever failure) answered wrong.
+    Each probe replays a random number of the first turns of one of its samples (never its last
+    turn), inserts one of ``cfg.rex_prompts`` and continues; choices come from ``gen``, so a resumed
+    run draws the same probes.
+    """
+    from agents.rollout import ProbeStart
+
+    by_group: dict[int, list[Any]] = {}
+    for ep, gid in zip(episodes, group_of, strict=True):
+        if gid in keep:
+            by_group.setdefault(gid, []).append(ep)
+    starts, probe_examples, gids = [], [], []
+    for gid, eps in sorted(by_group.items()):
+        usable = [e for e in eps if not e.infra_error and e.record is not None]
+        if not usable or any(e.em > 0 for e in usable):
+            continue
+        for _ in range(cfg.rex_probes):
+            source = usable[int(gen.integers(len(usable)))].record
+            turns = int(gen.integers(max(1, len(source.turn_texts))))
+            remark = cfg.rex_prompts[int(gen.integers(len(cfg.rex_prompts)))]
+            starts.append(ProbeStart(source, turns, remark))
+            probe_examples.append(examples[question_of[gid]])
+            gids.append(gid)
+    if not starts:
+        return []
+    probes = run_rollouts(policy, probe_examples, retriever, cfg, group_size=1, seed=seed, timer=timer,
+                          reward=reward, starts=starts)
+    return list(zip(probes, gids, strict=True))
+
+
+def _behavior_logprobs(sample: Sample) -> list[float]:
+    """A probe's per-token sampling log-probs; refused where the policy reported none."""
+    behavior = [float(x) for x in sample.extras["behavior_logprobs"]]
+    if any(m and not np.isfinite(lp) for m, lp in zip(sample.mask, behavior, strict=True)):
+        raise ValueError("REX-RAG probes need the policy's sampling log-probs (this policy reported none); "
+                         "set rex_probes=0 or use a policy that returns log-probs")
+    return behavior
+
+
+def importance_weights(samples: Sequence[Sample], model: Any, cfg: GRPOConfig, pad_id: int) -> list[list[float]]:
+    """``exp(logprob now - old logprob)`` on each sample's trained tokens, in order.
+
+    For a probe sample (its remark removed, old log-probs = sampling log-probs with the remark)
+    this is REX-RAG's importance weight ``pi(token | no remark) / mu(token | remark)`` before
+    clipping; for an on-policy sample it is 1 at the first update.
+    """
+    out: list[list[float]] = []
+    with torch.no_grad():
+        for mb in micro_batches(samples, cfg.micro_batch_size):
+            padded = pad_samples(mb, pad_id)
+            lp = forward_logprobs(model, padded, temperature=cfg.temperature, bf16=cfg.bf16).logprobs
+            old = _old_for(mb, lp, lp.shape[1])
+            for i in range(len(mb)):
+                keep = padded.mask[i].bool()
+                out.append(torch.exp(lp[i][keep] - old[i][keep]).tolist())
+    return out
+
+
+def _old_for(micro: Sequence[Sample], lp: torch.Tensor, length: int) -> torch.Tensor:
+    """Old log-probs of a micro-batch: each sample's ``old_logprobs`` where it has them, else ``lp`` (detached)."""
+    old = lp.detach().clone()
+    for i, s in enumerate(micro):
+        values = s.extras.get("old_logprobs")
+        if values is not None:
+            row = torch.tensor(values[:length], dtype=old.dtype)
+            old[i, : len(row)] = row
+    return old
 
 
 def _groups_with_signal(episodes: Sequence[Any], base: int) -> tuple[list[int], int]:
@@ -335,7 +466,8 @@ def _old_logprobs(samples: Sequence[Sample], model: Any, cfg: GRPOConfig, pad_id
         padded = pad_samples(mb, pad_id)
         out = forward_logprobs(model, padded, temperature=cfg.temperature, bf16=cfg.bf16)
         for i, s in enumerate(mb):
-            s.extras["old_logprobs"] = out.logprobs[i, : len(s.ids)].tolist()
+            if not s.extras.get("probe"):  # a probe keeps its sampling log-probs (see _behavior_logprobs)
+                s.extras["old_logprobs"] = out.logprobs[i, : len(s.ids)].tolist()
 
 
 def _minibatch_update(
@@ -356,7 +488,7 @@ def _minibatch_update(
         L = padded.input_ids.shape[1]
         out = forward_logprobs(model, padded, temperature=cfg.temperature, bf16=cfg.bf16)
         lp = out.logprobs
-        old = pad_extra(micro, "old_logprobs", L) if "old_logprobs" in micro[0].extras else lp.detach()
+        old = _old_for(micro, lp, L)
         adv = torch.tensor([s.extras["advantage"] for s in micro], dtype=torch.float32)
         pg, st = clipped_policy_loss(lp, old, adv, padded.mask, cfg.clip_low, cfg.clip_high, cfg.aggregation)
         loss = pg

@@ -1,0 +1,149 @@
+"""REX-RAG probes: replayed turns, the inserted remark, its removal for training, importance weights."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from agents.policies.hf import HFPolicy  # noqa: E402
+from agents.rollout import ProbeStart, rollout  # noqa: E402
+from agents.trainers.common import episode_from_record, pad_token_id, read_metrics  # noqa: E402
+from searchenv.retrievers.bm25 import BM25Retriever  # noqa: E402
+from tests.tiny_model import build_tiny_model, one_thread  # noqa: E402
+
+from .conftest import DOCS, EXAMPLES  # noqa: E402
+
+REMARK = "<think> Wait, search again. </think>\n"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread() -> Any:
+    with one_thread():
+        yield
+
+
+@pytest.fixture(scope="module")
+def tiny() -> HFPolicy:
+    model, tokenizer = build_tiny_model(0)
+    return HFPolicy(model, tokenizer)
+
+
+@pytest.fixture(scope="module")
+def bm25(tmp_path_factory: pytest.TempPathFactory) -> BM25Retriever:
+    return BM25Retriever.build(DOCS, tmp_path_factory.mktemp("rex") / "idx")
+
+
+def _run(policy: HFPolicy, retriever: Any, seed: int, starts: Any = None) -> Any:
+    return rollout(policy, [EXAMPLES[0]], retriever, max_turns=3, max_new_tokens=10, temperature=1.0, seed=seed,
+                   starts=starts)[0]
+
+
+def test_a_probe_replays_the_first_turns_then_inserts_the_remark(tiny: HFPolicy, bm25: BM25Retriever) -> None:
+    source = _run(tiny, bm25, seed=1)
+    assert len(source.turn_texts) == 3  # the random model never answers: three (invalid) turns
+    probe = _run(tiny, bm25, seed=2, starts=[ProbeStart(source, 2, REMARK)])
+    cut = source.turn_spans[2][0]  # two turns and the environment's replies to them
+    assert probe.replayed_turns == 2 and probe.turn_texts[:2] == source.turn_texts[:2]
+    assert probe.completion_ids[:cut] == source.completion_ids[:cut]
+    assert probe.loss_mask[:cut] == source.loss_mask[:cut] and probe.logprobs[:cut] == source.logprobs[:cut]
+    assert probe.probe_span == (cut, cut + len(tiny.encode(REMARK)))
+    lo, hi = probe.probe_span
+    assert probe.completion_ids[lo:hi] == tiny.encode(REMARK) and probe.loss_mask[lo:hi] == [0] * (hi - lo)
+    assert len(probe.turn_texts) == 3 and probe.turn_spans[2][0] == hi  # then the policy goes on
+    assert probe.rewards[:2] == source.rewards[:2]  # the environment saw the same turns
+    fresh = _run(tiny, bm25, seed=2)
+    assert fresh.probe_span is None and fresh.replayed_turns == 0
+    with pytest.raises(ValueError, match="turns must be in"):
+        ProbeStart(source, 3, REMARK)
+    with pytest.raises(ValueError, match="probe_text"):
+        ProbeStart(source, 1, "")
+    with pytest.raises(ValueError, match="cannot replay an episode of"):
+        rollout(tiny, [EXAMPLES[1]], bm25, max_turns=3, max_new_tokens=10, seed=3,
+                starts=[ProbeStart(source, 1, REMARK)])
+
+
+def test_probe_samples_drop_the_remark_and_weights_match_hand_computation(tiny: HFPolicy, bm25: BM25Retriever
+                                                                          ) -> None:
+    from agents.trainers.grpo import GRPOConfig, importance_weights
+
+    source = _run(tiny, bm25, seed=1)
+    probe = _run(tiny, bm25, seed=2, starts=[ProbeStart(source, 1, REMARK)])
+    lo, hi = probe.probe_span
+    ep = episode_from_record(probe)
+    s = ep.sample
+    n_prompt = len(probe.prompt_ids)
+    assert s.ids == probe.prompt_ids + probe.completion_ids[:lo] + probe.completion_ids[hi:]
+    assert s.mask == [0] * n_prompt + probe.loss_mask[:lo] + probe.loss_mask[hi:]
+    assert s.extras["probe"] and s.extras["probe_at"] == n_prompt + lo
+    behavior = s.extras["behavior_logprobs"]
+    assert behavior[n_prompt:] == probe.logprobs[:lo] + probe.logprobs[hi:]
+    # turn ends still point at each turn's last generated token
+    assert [s.ids[t] for t in s.extras["turn_ends"]] == [g[-1] for g in probe.generated_ids]
+
+    # hand computation: mu(token | remark) from the whole record, pi(token | no remark) from the sample
+    with torch.no_grad():
+        with_remark = tiny.token_logprobs([probe.input_ids], [1])[0]
+        without = tiny.token_logprobs([s.ids], [1])[0]
+    trained = [i for i, m in enumerate(s.mask) if m]
+    full_pos = [i if i < n_prompt + lo else i + (hi - lo) for i in trained]  # the same tokens in the record
+    mu = [float(with_remark[p - 1]) for p in full_pos]
+    pi = [float(without[i - 1]) for i in trained]
+    assert mu == pytest.approx([behavior[i] for i in trained], abs=1e-4)  # sampling log-probs are mu's
+    expected = [math.exp(a - b) for a, b in zip(pi, mu, strict=True)]
+    s.extras["old_logprobs"] = behavior
+    cfg = GRPOConfig(bf16=False, temperature=1.0, micro_batch_size=4)
+    (weights,) = importance_weights([s], tiny.model, cfg, pad_token_id(tiny))
+    assert weights == pytest.approx(expected, rel=1e-3)
+    before = [j for j, i in enumerate(trained) if i < n_prompt + lo]
+    assert before and all(weights[j] == pytest.approx(1.0, rel=1e-3) for j in before)  # replayed: same context
+    after = [j for j, i in enumerate(trained) if i >= n_prompt + lo]
+    assert after and any(abs(weights[j] - 1.0) > 1e-3 for j in after)  # the remark changed the context
+
+
+def _cfg(tmp_path: Path, qa: Path, corpus: Path, **kw: Any) -> Any:
+    from agents.trainers.grpo import GRPOConfig
+
+    base: dict[str, Any] = {"output_dir": str(tmp_path / "grpo"), "task": str(qa), "corpus": str(corpus),
+                            "max_turns": 2, "max_new_tokens": 6, "batch_size": 2, "group_size": 2,
+                            "micro_batch_size": 8, "learning_rate": 1e-3, "steps": 2, "save_every": 0,
+                            "progress": False, "log_every": 0, "bf16": False}
+    base.update(kw)
+    return GRPOConfig(**base)
+
+
+def test_grpo_probes_every_dead_end_and_trains_probes_without_the_remark(tmp_path: Path, qa_file: Path,
+                                                                           corpus_file: Path) -> None:
+    from agents.policies.hf import HFPolicy as Policy
+    from agents.trainers.grpo import GRPOConfig, train_grpo
+
+    model, tokenizer = build_tiny_model(0)
+    seen: list[Any] = []
+    cfg = _cfg(tmp_path, qa_file, corpus_file, rex_probes=3, rex_prompts=(REMARK,))
+
+    def reward(ctx: Any) -> tuple[float, dict[str, float]]:  # nothing is ever right: every group is a dead end
+        value = float(len(ctx.text) % 2)  # ... but returns vary, so probes can carry signal
+        return value, {"toy": value}
+
+    train_grpo(cfg, policy=Policy(model, tokenizer), reward=reward, on_step=lambda st, tr, m, p: seen.append(tr))
+    for rec in read_metrics(cfg.output_dir):
+        assert rec["probe_groups"] == 2 and rec["probe_episodes"] == 6
+    remark = tokenizer.encode(REMARK, add_special_tokens=False)
+    probes = [s for trained in seen for s in trained if s.extras.get("probe")]
+    assert probes  # some probe differed from its group and was trained
+    for s in probes:
+        assert s.extras["old_logprobs"] == s.extras["behavior_logprobs"]
+        at = s.extras["probe_at"]
+        assert s.ids[at : at + len(remark)] != remark  # the remark is not in what is trained
+    off = _cfg(tmp_path / "off", qa_file, corpus_file)
+    train_grpo(off, policy=Policy(*build_tiny_model(0)), reward=reward)
+    assert all(r["probe_groups"] == 0 for r in read_metrics(off.output_dir))
+    with pytest.raises(ValueError, match="rex_probes"):
+        GRPOConfig(rex_probes=-1)
+    with pytest.raises(ValueError, match="rex_prompts"):
+        GRPOConfig(rex_prompts=())

@@ -12,6 +12,12 @@ shares: its SFT checkpoint is the common start and its ``grpo_outcome`` phase is
 | ``frugal`` | FrugalRAG | GRPO, outcome + 0.1 per search vs outcome-only |
 | ``from_base`` | ReSearch | GRPO from the base model (outcome + format) vs SFT then GRPO |
 | ``ppo`` | Search-R1 | PPO (value head, 16 questions x 1 sample per step) vs GRPO (4 x 4): equal episodes |
+| ``rex`` | REX-RAG | GRPO + 2 probes per dead-end group vs GRPO |
+| ``dapo`` | DAPO | GRPO + dynamic sampling (up to 4 rounds) vs GRPO |
+
+Beside EM, each arm reports the share of zero-variance groups it trained on, the policy's
+entropy over its last five steps and the tokens it generated (probes and extra sampling rounds
+cost tokens: the ``rex`` and ``dapo`` arms run the same steps, not the same tokens, and say so).
 
 Each arm is a phase cached as ``<out>/ablation_<arm>.json`` (per-question EM and F1 inside); an arm
 that was stopped resumes from its checkpoint (the trainers resume exactly); ``--arms`` picks what
@@ -55,6 +61,7 @@ class Arm:
     seed: int = 0
     from_sft: bool = True
     reuse: str | None = None  # a learning.py phase with exactly this config
+    options: dict[str, Any] = field(default_factory=dict)  # more trainer config fields
 
 
 ARMS: dict[str, Arm] = {
@@ -65,6 +72,8 @@ ARMS: dict[str, Arm] = {
     "frugal_s0": Arm(reward={**OUTCOME, "cost": 0.1}),
     "from_base_s0": Arm(from_sft=False),
     "ppo_s0": Arm(trainer="ppo"),
+    "rex_s0": Arm(options={"rex_probes": 2}),
+    "dapo_s0": Arm(options={"dynamic_sampling": True, "max_sampling_rounds": 4}),
 }
 
 # name -> (paper, claim, first arms, second arms)
@@ -76,6 +85,9 @@ COMPARISONS: dict[str, tuple[str, str, list[str], list[str]]] = {
     "from_base": ("ReSearch", "RL from outcome reward alone, without demonstrations, learns to search",
                   ["from_base_s0"], ["outcome_s0"]),
     "ppo": ("Search-R1", "PPO with a value head vs GRPO at equal samples", ["ppo_s0"], ["outcome_s0"]),
+    "rex": ("REX-RAG", "probes that leave dead ends, with importance correction, help GRPO",
+            ["rex_s0"], ["outcome_s0"]),
+    "dapo": ("DAPO", "dynamic sampling (only groups with signal) helps GRPO", ["dapo_s0"], ["outcome_s0"]),
 }
 
 
@@ -129,7 +141,7 @@ def arm_config(args: argparse.Namespace, name: str) -> tuple[Any, Any]:
         return PPOConfig(batch_size=episodes, samples_per_question=1, **common), train_ppo
     from agents.trainers.grpo import GRPOConfig, train_grpo
 
-    return GRPOConfig(batch_size=args.grpo_batch, group_size=args.grpo_group, **common), train_grpo
+    return GRPOConfig(batch_size=args.grpo_batch, group_size=args.grpo_group, **common, **arm.options), train_grpo
 
 
 def arm_phase(args: argparse.Namespace, name: str) -> dict[str, Any]:
@@ -147,6 +159,19 @@ def load_arm(args: argparse.Namespace, name: str) -> dict[str, Any] | None:
 
 def arm_run_dir(args: argparse.Namespace, name: str) -> Path:
     return args.out / (ARMS[name].reuse or f"ablation_{name}")
+
+
+def curve_stats(args: argparse.Namespace, name: str) -> dict[str, float | None]:
+    """From the arm's metrics.jsonl: zero-variance share, entropy of the last 5 steps, generated tokens."""
+    path = arm_run_dir(args, name) / "metrics.jsonl"
+    if not path.is_file():
+        return {"zero_variance_share": None, "entropy_last5": None, "generated_tokens": None}
+    recs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    groups = sum(r.get("groups", 0) for r in recs)
+    last = [r["entropy"] for r in recs[-5:] if "entropy" in r]
+    generated = sum(r.get("generated_tokens", r.get("episodes", 0) * r.get("response_tokens", 0)) for r in recs)
+    return {"zero_variance_share": sum(r.get("zero_variance_groups", 0) for r in recs) / groups if groups else None,
+            "entropy_last5": sum(last) / len(last) if last else None, "generated_tokens": float(generated)}
 
 
 def averaged(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -169,17 +194,22 @@ def report(args: argparse.Namespace) -> None:
         data: dict[str, Any] = {"comparison": key, "paper": paper, "claim": claim, "first": first,
                                 "second": second, "missing": missing, "machine": machine(), "arms": {}}
         if any(r is not None for r in rows.values()):
-            lines += ["| arm | trainer | reward | seed | EM | F1 | searches/q | seconds/q (eval) | train min |",
-                      "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+            lines += ["| arm | trainer | reward | options | seed | EM | F1 | searches/q | seconds/q (eval) "
+                      "| zero-variance groups | entropy (last 5 steps) | generated tokens | train min |",
+                      "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
             for n, r in rows.items():
                 if r is None:
-                    lines.append(f"| {n} | not run yet | | | | | | | |")
+                    lines.append(f"| {n} | not run yet | | | | | | | | | | | |")
                     continue
-                arm = ARMS[n]
-                lines.append(f"| {n} | {arm.trainer} | {json.dumps(arm.reward)} | {arm.seed} | {r['em']:.3f} | "
-                             f"{r['f1']:.3f} | {r['searches']:.2f} | {r['eval_seconds'] / r['n']:.2f} | "
+                arm, c = ARMS[n], curve_stats(args, n)
+                zv, ent, gen = c["zero_variance_share"], c["entropy_last5"], c["generated_tokens"]
+                opts = json.dumps(arm.options) if arm.options else ""
+                lines.append(f"| {n} | {arm.trainer} | {json.dumps(arm.reward)} | {opts} | {arm.seed} "
+                             f"| {r['em']:.3f} | {r['f1']:.3f} | {r['searches']:.2f} | "
+                             f"{r['eval_seconds'] / r['n']:.2f} | {'' if zv is None else f'{zv:.0%}'} | "
+                             f"{'' if ent is None else f'{ent:.3f}'} | {'' if gen is None else f'{gen:,.0f}'} | "
                              f"{r['train_seconds'] / 60:.0f} |")
-                data["arms"][n] = {k: v for k, v in r.items() if k != "examples"}
+                data["arms"][n] = {**{k: v for k, v in r.items() if k != "examples"}, **c}
         if not missing:
             a = averaged([rows[n] for n in first])  # type: ignore[misc]
             b = averaged([rows[n] for n in second])  # type: ignore[misc]

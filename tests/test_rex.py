@@ -133,6 +133,7 @@ def test_grpo_probes_every_dead_end_and_trains_probes_without_the_remark(tmp_pat
     train_grpo(cfg, policy=Policy(model, tokenizer), reward=reward, on_step=lambda st, tr, m, p: seen.append(tr))
     for rec in read_metrics(cfg.output_dir):
         assert rec["probe_groups"] == 2 and rec["probe_episodes"] == 6
+        assert rec["generated_tokens"] > rec["episodes"]  # the probes' new tokens are counted too
     remark = tokenizer.encode(REMARK, add_special_tokens=False)
     probes = [s for trained in seen for s in trained if s.extras.get("probe")]
     assert probes  # some probe differed from its group and was trained

@@ -273,6 +273,7 @@ def train_grpo(
             "groups": n_groups,
             "sampling_rounds": rounds,
             "dropped_groups": dropped,
+            "generated_tokens": _generated_tokens(episodes),
             **probe_stats,
             "policy_tokens": policy_tokens,
             "sequence_tokens": all_tokens,
@@ -341,6 +342,18 @@ def _probe_dead_ends(
     probes = run_rollouts(policy, probe_examples, retriever, cfg, group_size=1, seed=seed, timer=timer,
                           reward=reward, starts=starts)
     return list(zip(probes, gids, strict=True))
+
+
+def _generated_tokens(episodes: Sequence[Any]) -> int:
+    """Tokens the policy generated this step, every sampling round and probe included (not replayed ones)."""
+    total = 0
+    for ep in episodes:
+        rec = ep.record
+        if rec is not None and rec.probe_span is not None:
+            total += int(sum(rec.loss_mask[rec.probe_span[1] :]))
+        else:
+            total += int(ep.response_tokens)
+    return total
 
 
 def _behavior_logprobs(sample: Sample) -> list[float]:

@@ -148,3 +148,62 @@ def test_grpo_probes_every_dead_end_and_trains_probes_without_the_remark(tmp_pat
         GRPOConfig(rex_probes=-1)
     with pytest.raises(ValueError, match="rex_prompts"):
         GRPOConfig(rex_prompts=())
+
+
+# ------------------------------------------------------------------------------ UR2 curriculum
+
+
+def test_difficulty_cache_is_stale_by_age_and_round_trips(tmp_path: Path) -> None:
+    from agents.trainers.curriculum import DIFFICULTY_FILE, DifficultyCache
+
+    cache = DifficultyCache()
+    assert cache.stale(["a", "b", "a"], step=1, refresh=3) == ["a", "b"]
+    cache.update({"a": 0.75, "b": 0.0}, step=1)
+    assert cache.stale(["a", "b", "c"], step=3, refresh=3) == ["c"]
+    assert cache.stale(["a", "b"], step=4, refresh=3) == ["a", "b"]
+    cache.save(tmp_path)
+    again = DifficultyCache.load(tmp_path)
+    assert again.entries == {"a": (0.75, 1), "b": (0.0, 1)} and again.rate("a") == 0.75
+    assert DifficultyCache.load(tmp_path / "none").entries == {}
+    (tmp_path / DIFFICULTY_FILE).write_text('{"a": "high"}')
+    with pytest.raises(ValueError, match="malformed difficulty cache"):
+        DifficultyCache.load(tmp_path)
+
+
+def test_ur2_routes_by_the_cached_closed_book_estimate(tmp_path: Path, qa_file: Path, corpus_file: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import agents.trainers.curriculum as curriculum
+    from agents.policies.hf import HFPolicy as Policy
+    from agents.trainers.grpo import GRPOConfig, train_grpo
+
+    known = {"q0": 1.0, "q1": 0.0, "q2": 0.75, "q3": 0.25}  # what the policy "knows" closed-book
+    calls: list[tuple[int, list[str]]] = []
+
+    def fake_estimate(policy: Any, examples: Any, retriever: Any, cfg: Any, **kw: Any) -> dict[str, float]:
+        calls.append((len(calls), [ex.id for ex in examples]))
+        return {ex.id: known[ex.id] for ex in examples}
+
+    monkeypatch.setattr(curriculum, "estimate_closed_book", fake_estimate)
+    model, tokenizer = build_tiny_model(0)
+    seen: list[list[Any]] = []
+    cfg = _cfg(tmp_path, qa_file, corpus_file, curriculum="ur2", closed_book_threshold=0.5, difficulty_refresh=2,
+               steps=3, batch_size=4, kl_coef=0.001)  # a KL term keeps every sample in the trained list
+    train_grpo(cfg, policy=Policy(model, tokenizer), reward=lambda ctx: (0.0, {}),
+               on_step=lambda st, tr, m, p: seen.append(tr))
+    by_question = {ex.question: ex.id for ex in EXAMPLES}
+    for trained in seen:
+        for s in trained:
+            text = tokenizer.decode(s.ids)
+            qid = next(q for question, q in by_question.items() if question in text)
+            closed = curriculum.CLOSED_BOOK_PROMPT in text
+            assert closed == (known[qid] >= 0.5)  # easy: closed-book prompt; hard: the protocol's
+            if closed:
+                assert text.count("<|im_start|>assistant") == 1  # one turn, no retrieval
+    assert [r["closed_book_groups"] for r in read_metrics(cfg.output_dir)] == [2, 2, 2]
+    # estimated at step 1, cached at step 2, estimated again at step 3 (two steps old)
+    assert [sorted(ids) for _, ids in calls] == [["q0", "q1", "q2", "q3"]] * 2
+    assert (Path(cfg.output_dir) / curriculum.DIFFICULTY_FILE).is_file()
+    with pytest.raises(ValueError, match="curriculum"):
+        GRPOConfig(curriculum="ur3")
+    with pytest.raises(ValueError, match="closed_book_threshold"):
+        GRPOConfig(closed_book_threshold=1.5)

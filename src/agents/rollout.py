@@ -628,7 +628,7 @@ def rollout(
     *,
     env: SearchQAEnv | Sequence[SearchQAEnv] | None = None,
     group_size: int = 1,
-    protocol: str = "search-r1",
+    protocol: Any = "search-r1",
     top_k: int = 3,
     max_turns: int = 4,
     reward: Any = "default",

@@ -889,12 +889,15 @@ def run_rollouts(
     timer: Timer,
     reward: Any = None,
     starts: Sequence[Any] | None = None,
+    protocol: Any = None,
+    max_turns: int | None = None,
 ) -> list[Episode]:
     """Roll out ``group_size`` episodes per example with :func:`agents.rollout.rollout`.
 
     Episodes come back example-major (``Episode.group`` is the example's index). Generation and
     environment (retrieval included) seconds are added to ``timer`` under ``generation`` and
-    ``environment``. ``starts`` (one per episode) begins episodes from :class:`~agents.rollout.ProbeStart`s.
+    ``environment``. ``starts`` (one per episode) begins episodes from :class:`~agents.rollout.ProbeStart`s;
+    ``protocol`` and ``max_turns`` override the config's (closed-book episodes of a curriculum).
     """
     from agents.rollout import rollout
 
@@ -903,9 +906,9 @@ def run_rollouts(
         list(examples),
         retriever,
         group_size=group_size,
-        protocol=cfg.protocol,
+        protocol=cfg.protocol if protocol is None else protocol,
         top_k=cfg.top_k,
-        max_turns=cfg.max_turns,
+        max_turns=cfg.max_turns if max_turns is None else max_turns,
         reward=cfg.reward if reward is None else reward,
         max_new_tokens=cfg.max_new_tokens,
         temperature=cfg.temperature,

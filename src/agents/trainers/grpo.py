@@ -15,6 +15,9 @@ its failed samples, inserts an exploratory remark (``rex_prompts``), and lets th
 Probes join their group's advantages; they are trained without the remark (its tokens are neither
 trained on nor kept as context), with the sampling log-probs as the old log-probs, so the clipped
 ratio is the importance weight ``pi(token | no remark) / mu(token | remark)`` that corrects for it.
+With ``curriculum="ur2"`` (UR2), each question's closed-book success rate is estimated, cached and
+refreshed every ``difficulty_refresh`` steps; questions the policy answers closed-book often enough
+are rolled out closed-book (one turn), the others with retrieval (:mod:`agents.trainers.curriculum`).
 
 Read top to bottom: config, then :func:`train_grpo`.
 """
@@ -56,6 +59,7 @@ from agents.trainers.common import (
     trainable_parameters,
 )
 from agents.trainers.config import RLConfig, _help
+from agents.trainers.curriculum import DifficultyCache, route_and_roll_out
 
 #: REX-RAG's exploratory remarks, written as the policy's own thinking (Search-R1 tags).
 REX_PROMPTS = (
@@ -84,6 +88,16 @@ class GRPOConfig(RLConfig):
         default=4, metadata=_help("Rollout rounds per step at most with dynamic_sampling (then train on what is kept).")
     )
 
+    curriculum: str = field(
+        default="none",
+        metadata=_help("ur2: route questions the policy answers closed-book (at least closed_book_threshold of "
+                       "closed_book_samples) to closed-book episodes, the rest to retrieval; none: off."),
+    )
+    closed_book_samples: int = field(default=4, metadata=_help("UR2: closed-book samples per difficulty estimate."))
+    closed_book_threshold: float = field(
+        default=0.5, metadata=_help("UR2: closed-book success rate from which a question is easy.")
+    )
+    difficulty_refresh: int = field(default=10, metadata=_help("UR2: steps after which an estimate is redone."))
     rex_probes: int = field(
         default=0,
         metadata=_help("REX-RAG: probe episodes per dead-end group (every sample wrong); 0 turns probing off."),
@@ -108,6 +122,14 @@ class GRPOConfig(RLConfig):
             raise ValueError(f"max_sampling_rounds must be a positive integer, got {self.max_sampling_rounds!r}")
         if self.scale_rewards not in SCALINGS:
             raise ValueError(f"scale_rewards must be one of {SCALINGS}, got {self.scale_rewards!r}")
+        if self.curriculum not in ("none", "ur2"):
+            raise ValueError(f"curriculum must be none or ur2, got {self.curriculum!r}")
+        for name in ("closed_book_samples", "difficulty_refresh"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if not 0.0 <= float(self.closed_book_threshold) <= 1.0:
+            raise ValueError(f"closed_book_threshold must be in [0, 1], got {self.closed_book_threshold!r}")
         if isinstance(self.rex_probes, bool) or not isinstance(self.rex_probes, int) or self.rex_probes < 0:
             raise ValueError(f"rex_probes must be a non-negative integer, got {self.rex_probes!r}")
         self.rex_prompts = tuple(self.rex_prompts)
@@ -175,12 +197,15 @@ def train_grpo(
     log = MetricsLog(run_dir, start)
     bar = progress_bar(cfg.steps, start, cfg.progress, "grpo")
     last: dict[str, Any] = {}
+    difficulty = DifficultyCache.load(run_dir) if resume else DifficultyCache()
 
     def checkpoint(step: int) -> None:
         save_training_state(
             run_dir, "grpo", step, model=model, cfg=cfg, optimizer=opt, scheduler=sched, gen=gen,
             cursor=order.cursor
         )
+        if cfg.curriculum == "ur2":
+            difficulty.save(run_dir)
 
     step = start
     for step in range(start + 1, cfg.steps + 1):
@@ -193,14 +218,19 @@ def train_grpo(
         group_of: list[int] = []  # each episode's group id, unique across rounds
         question_of: dict[int, int] = {}  # group id -> index of its question in examples
         kept_groups: list[int] = []
-        dropped = rounds = 0
+        dropped = rounds = closed_book_groups = 0
         while True:
             need = cfg.batch_size - len(kept_groups) if cfg.dynamic_sampling else cfg.batch_size
             qidx = order.take(need)
-            new_eps = run_rollouts(
-                policy, [examples[i] for i in qidx], retr, cfg, group_size=cfg.group_size,
-                seed=_step_seed(cfg.seed, step) + rounds * 1_000_003, timer=timer, reward=reward,
-            )
+            round_seed = _step_seed(cfg.seed, step) + rounds * 1_000_003
+            if cfg.curriculum == "ur2":
+                new_eps, easy = route_and_roll_out(policy, [examples[i] for i in qidx], retr, cfg, difficulty,
+                                                   step=step, group_size=cfg.group_size, seed=round_seed,
+                                                   timer=timer, reward=reward)
+                closed_book_groups += sum(easy)
+            else:
+                new_eps = run_rollouts(policy, [examples[i] for i in qidx], retr, cfg, group_size=cfg.group_size,
+                                       seed=round_seed, timer=timer, reward=reward)
             base = rounds * cfg.batch_size
             question_of.update({base + j: int(qi) for j, qi in enumerate(qidx)})
             episodes += new_eps
@@ -274,6 +304,7 @@ def train_grpo(
             "sampling_rounds": rounds,
             "dropped_groups": dropped,
             "generated_tokens": _generated_tokens(episodes),
+            "closed_book_groups": closed_book_groups,
             **probe_stats,
             "policy_tokens": policy_tokens,
             "sequence_tokens": all_tokens,

@@ -17,7 +17,8 @@ shares: its SFT checkpoint is the common start and its ``grpo_outcome`` phase is
 
 Beside EM, each arm reports the share of zero-variance groups it trained on, the policy's
 entropy over its last five steps and the tokens it generated (probes and extra sampling rounds
-cost tokens: the ``rex`` and ``dapo`` arms run the same steps, not the same tokens, and say so).
+cost tokens: the ``rex`` and ``dapo`` arms stop when they have generated as many tokens as
+``outcome_s0`` did in its 20 steps, so they are compared at equal generated tokens, in fewer steps).
 
 Each arm is a phase cached as ``<out>/ablation_<arm>.json`` (per-question EM and F1 inside); an arm
 that was stopped resumes from its checkpoint (the trainers resume exactly); ``--arms`` picks what
@@ -62,6 +63,7 @@ class Arm:
     from_sft: bool = True
     reuse: str | None = None  # a learning.py phase with exactly this config
     options: dict[str, Any] = field(default_factory=dict)  # more trainer config fields
+    equal_tokens_as: str | None = None  # stop at the tokens this arm generated (max_generated_tokens)
 
 
 ARMS: dict[str, Arm] = {
@@ -72,8 +74,8 @@ ARMS: dict[str, Arm] = {
     "frugal_s0": Arm(reward={**OUTCOME, "cost": 0.1}),
     "from_base_s0": Arm(from_sft=False),
     "ppo_s0": Arm(trainer="ppo"),
-    "rex_s0": Arm(options={"rex_probes": 2}),
-    "dapo_s0": Arm(options={"dynamic_sampling": True, "max_sampling_rounds": 4}),
+    "rex_s0": Arm(options={"rex_probes": 2}, equal_tokens_as="outcome_s0"),
+    "dapo_s0": Arm(options={"dynamic_sampling": True, "max_sampling_rounds": 4}, equal_tokens_as="outcome_s0"),
 }
 
 # name -> (paper, claim, first arms, second arms)
@@ -141,7 +143,13 @@ def arm_config(args: argparse.Namespace, name: str) -> tuple[Any, Any]:
         return PPOConfig(batch_size=episodes, samples_per_question=1, **common), train_ppo
     from agents.trainers.grpo import GRPOConfig, train_grpo
 
-    return GRPOConfig(batch_size=args.grpo_batch, group_size=args.grpo_group, **common, **arm.options), train_grpo
+    options = dict(arm.options)
+    if arm.equal_tokens_as:
+        budget = curve_stats(args, arm.equal_tokens_as)["generated_tokens"]
+        if not budget:
+            raise SystemExit(f"{name} is compared at the tokens of {arm.equal_tokens_as}: run that arm first")
+        options["max_generated_tokens"] = int(budget)
+    return GRPOConfig(batch_size=args.grpo_batch, group_size=args.grpo_group, **common, **options), train_grpo
 
 
 def arm_phase(args: argparse.Namespace, name: str) -> dict[str, Any]:

@@ -207,3 +207,22 @@ def test_ur2_routes_by_the_cached_closed_book_estimate(tmp_path: Path, qa_file: 
         GRPOConfig(curriculum="ur3")
     with pytest.raises(ValueError, match="closed_book_threshold"):
         GRPOConfig(closed_book_threshold=1.5)
+
+
+def test_a_token_budget_stops_grpo_and_holds_across_resume(tmp_path: Path, qa_file: Path, corpus_file: Path) -> None:
+    from agents.policies.hf import HFPolicy as Policy
+    from agents.trainers.grpo import GRPOConfig, train_grpo
+
+    def reward(ctx: Any) -> tuple[float, dict[str, float]]:
+        value = float(len(ctx.text) % 2)
+        return value, {"toy": value}
+
+    cfg = _cfg(tmp_path, qa_file, corpus_file, steps=50, max_generated_tokens=60, save_every=1)
+    out = train_grpo(cfg, policy=Policy(*build_tiny_model(0)), reward=reward)
+    recs = read_metrics(cfg.output_dir)
+    spent = [r["generated_tokens"] for r in recs]
+    assert out["step"] == len(recs) < 50 and sum(spent) >= 60 and sum(spent[:-1]) < 60
+    again = train_grpo(cfg, policy=Policy(*build_tiny_model(0)), reward=reward, resume=True)
+    assert again["step"] == out["step"] and len(read_metrics(cfg.output_dir)) == len(recs)  # nothing more
+    with pytest.raises(ValueError, match="max_generated_tokens"):
+        GRPOConfig(max_generated_tokens=0)

@@ -226,3 +226,29 @@ def test_a_token_budget_stops_grpo_and_holds_across_resume(tmp_path: Path, qa_fi
     assert again["step"] == out["step"] and len(read_metrics(cfg.output_dir)) == len(recs)  # nothing more
     with pytest.raises(ValueError, match="max_generated_tokens"):
         GRPOConfig(max_generated_tokens=0)
+
+
+def test_ur2_schedule_moves_the_share_of_hard_questions(tmp_path: Path, qa_file: Path, corpus_file: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    import agents.trainers.curriculum as curriculum
+    from agents.policies.hf import HFPolicy as Policy
+    from agents.trainers.curriculum import DifficultyCache, scheduled_share, select_by_share
+    from agents.trainers.grpo import GRPOConfig, train_grpo
+
+    assert [scheduled_share((0.0, 1.0), s, 5) for s in (1, 3, 5)] == [0.0, 0.5, 1.0]
+    cache = DifficultyCache({"e1": (1.0, 0), "e2": (0.9, 0), "h1": (0.0, 0), "h2": (0.1, 0)})
+    ids = ["h1", "e1", "h2", "e2"]
+    assert select_by_share(ids, cache, 0.5, 2, 1.0) == [0, 2] and select_by_share(ids, cache, 0.5, 2, 0.0) == [1, 3]
+    assert select_by_share(["h1", "e1"], cache, 0.5, 2, 1.0) == [0, 1]  # one hard only: filled with an easy one
+
+    known = {"q0": 1.0, "q1": 0.0, "q2": 0.75, "q3": 0.25}
+    monkeypatch.setattr(curriculum, "estimate_closed_book",
+                        lambda policy, examples, *a, **k: {ex.id: known[ex.id] for ex in examples})
+    cfg = _cfg(tmp_path, qa_file, corpus_file, curriculum="ur2", hard_share=(1.0, 0.0), curriculum_pool=2,
+               batch_size=2, steps=2)
+    train_grpo(cfg, policy=Policy(*build_tiny_model(0)), reward=lambda ctx: (0.0, {}))
+    assert [r["closed_book_groups"] for r in read_metrics(cfg.output_dir)] == [0, 2]  # hard first, then easy
+    with pytest.raises(ValueError, match="hard_share is a schedule of the ur2 curriculum"):
+        GRPOConfig(hard_share=(0.5, 0.5))
+    with pytest.raises(ValueError, match="hard_share must be two numbers"):
+        GRPOConfig(curriculum="ur2", hard_share=(0.5, 2.0))

@@ -8,6 +8,12 @@ group is rolled out closed-book (one turn, the closed-book prompt), which trains
 answer what it knows without paying for search. The others are *hard* and are rolled out with
 the environment's protocol and retrieval as usual.
 
+As a schedule, ``hard_share = (first, last)`` sets the share of hard questions in each batch,
+moving linearly from ``first`` at the first step to ``last`` at the last: each step draws
+``pool`` times the batch of candidates, estimates them, and keeps that many hard ones and the
+rest easy (filling from the other kind when one runs short), for instance easy-to-hard with
+``(0.25, 1.0)``.
+
 :class:`DifficultyCache` is plain JSON (saved with each checkpoint), so a resumed run routes
 exactly as an uninterrupted one.
 """
@@ -81,6 +87,40 @@ class DifficultyCache:
             raise ValueError(f"{path}: malformed difficulty cache ({exc})") from None
 
 
+def scheduled_share(hard_share: Sequence[float], step: int, steps: int) -> float:
+    """The share of hard questions at ``step`` (1-based) of ``steps``: linear from first to last."""
+    first, last = float(hard_share[0]), float(hard_share[1])
+    progress = (step - 1) / (steps - 1) if steps > 1 else 1.0
+    return first + (last - first) * min(max(progress, 0.0), 1.0)
+
+
+def select_by_share(ids: Sequence[str], cache: DifficultyCache, threshold: float, need: int,
+                    share: float) -> list[int]:
+    """Positions in ``ids`` of ``need`` candidates with ``round(share * need)`` hard ones (if there are).
+
+    Candidates keep their drawn order within each kind; a kind that runs short is filled from the other.
+    """
+    hard = [i for i, q in enumerate(ids) if cache.rate(q) < threshold]
+    easy = [i for i, q in enumerate(ids) if cache.rate(q) >= threshold]
+    n_hard = min(len(hard), round(share * need))
+    n_easy = min(len(easy), need - n_hard)
+    n_hard = min(len(hard), need - n_easy)
+    return sorted(hard[:n_hard] + easy[:n_easy])
+
+
+def scheduled_questions(policy: Any, examples: Sequence[Any], retriever: Any, cfg: Any, cache: DifficultyCache,
+                        order: Any, need: int, *, step: int, seed: int, timer: Any) -> list[int]:
+    """UR2's schedule: indices into ``examples`` of ``need`` questions with the scheduled hard share.
+
+    Draws ``cfg.curriculum_pool x need`` candidates from ``order`` and estimates the stale ones first.
+    """
+    pool = order.take(need * cfg.curriculum_pool)
+    ids = [examples[i].id for i in pool]
+    refresh_estimates(policy, [examples[i] for i in pool], retriever, cfg, cache, step=step, seed=seed, timer=timer)
+    share = scheduled_share(cfg.hard_share, step, cfg.steps)
+    return [pool[i] for i in select_by_share(ids, cache, cfg.closed_book_threshold, need, share)]
+
+
 def closed_book_protocol(protocol: Any) -> Any:
     """The environment protocol (name or instance) with the closed-book system prompt."""
     from agents.reference import with_system_prompt
@@ -117,6 +157,16 @@ def estimate_closed_book(
     return {examples[g].id: sum(v) / len(v) for g, v in hits.items()}
 
 
+def refresh_estimates(policy: Any, examples: Sequence[Any], retriever: Any, cfg: Any, cache: DifficultyCache,
+                      *, step: int, seed: int, timer: Any) -> None:
+    """Estimate the examples whose cached difficulty is missing or ``cfg.difficulty_refresh`` steps old."""
+    stale = set(cache.stale([ex.id for ex in examples], step, cfg.difficulty_refresh))
+    if stale:
+        fresh = list({ex.id: ex for ex in examples if ex.id in stale}.values())
+        cache.update(estimate_closed_book(policy, fresh, retriever, cfg, samples=cfg.closed_book_samples,
+                                          seed=seed + 5_000_011, timer=timer), step)
+
+
 def route_and_roll_out(
     policy: Any,
     examples: Sequence[Any],
@@ -142,12 +192,7 @@ def route_and_roll_out(
     from agents.trainers.common import run_rollouts
 
     ids = [ex.id for ex in examples]
-    stale = set(cache.stale(ids, step, cfg.difficulty_refresh))
-    if stale:
-        fresh = [ex for ex in examples if ex.id in stale]
-        fresh = list({ex.id: ex for ex in fresh}.values())
-        cache.update(estimate_closed_book(policy, fresh, retriever, cfg, samples=cfg.closed_book_samples,
-                                          seed=seed + 5_000_011, timer=timer), step)
+    refresh_estimates(policy, examples, retriever, cfg, cache, step=step, seed=seed, timer=timer)
     easy = [cache.rate(q) >= cfg.closed_book_threshold for q in ids]
     episodes: list[Any] = [None] * (len(examples) * group_size)
     for closed in (False, True):

@@ -60,7 +60,7 @@ from agents.trainers.common import (
     trainable_parameters,
 )
 from agents.trainers.config import RLConfig, _help
-from agents.trainers.curriculum import DifficultyCache, route_and_roll_out
+from agents.trainers.curriculum import DifficultyCache, route_and_roll_out, scheduled_questions
 
 #: REX-RAG's exploratory remarks, written as the policy's own thinking (Search-R1 tags).
 REX_PROMPTS = (
@@ -105,6 +105,14 @@ class GRPOConfig(RLConfig):
         default=0.5, metadata=_help("UR2: closed-book success rate from which a question is easy.")
     )
     difficulty_refresh: int = field(default=10, metadata=_help("UR2: steps after which an estimate is redone."))
+    hard_share: tuple[float, float] | None = field(
+        default=None,
+        metadata=_help("UR2 schedule: share of hard questions per batch, linear from the first value at the first "
+                       "step to the second at the last (e.g. [0.25, 1.0], easy to hard); None: as drawn."),
+    )
+    curriculum_pool: int = field(
+        default=2, metadata=_help("UR2 schedule: candidates drawn per batch question to choose from.")
+    )
     rex_probes: int = field(
         default=0,
         metadata=_help("REX-RAG: probe episodes per dead-end group (every sample wrong); 0 turns probing off."),
@@ -140,6 +148,16 @@ class GRPOConfig(RLConfig):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.hard_share is not None:
+            share = tuple(self.hard_share)
+            if len(share) != 2 or not all(isinstance(x, int | float) and 0.0 <= x <= 1.0 for x in share):
+                raise ValueError(f"hard_share must be two numbers in [0, 1], got {self.hard_share!r}")
+            if self.curriculum != "ur2":
+                raise ValueError("hard_share is a schedule of the ur2 curriculum; set curriculum = \"ur2\"")
+            self.hard_share = (float(share[0]), float(share[1]))
+        if isinstance(self.curriculum_pool, bool) or not isinstance(self.curriculum_pool, int) \
+                or self.curriculum_pool < 1:
+            raise ValueError(f"curriculum_pool must be a positive integer, got {self.curriculum_pool!r}")
         if not 0.0 <= float(self.closed_book_threshold) <= 1.0:
             raise ValueError(f"closed_book_threshold must be in [0, 1], got {self.closed_book_threshold!r}")
         if isinstance(self.rex_probes, bool) or not isinstance(self.rex_probes, int) or self.rex_probes < 0:
@@ -238,8 +256,12 @@ def train_grpo(
         dropped = rounds = closed_book_groups = 0
         while True:
             need = cfg.batch_size - len(kept_groups) if cfg.dynamic_sampling else cfg.batch_size
-            qidx = order.take(need)
             round_seed = _step_seed(cfg.seed, step) + rounds * 1_000_003
+            if cfg.curriculum == "ur2" and cfg.hard_share is not None:
+                qidx = scheduled_questions(policy, examples, retr, cfg, difficulty, order, need, step=step,
+                                           seed=round_seed, timer=timer)
+            else:
+                qidx = order.take(need)
             if cfg.curriculum == "ur2":
                 new_eps, easy = route_and_roll_out(policy, [examples[i] for i in qidx], retr, cfg, difficulty,
                                                    step=step, group_size=cfg.group_size, seed=round_seed,

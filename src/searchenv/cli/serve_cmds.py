@@ -207,6 +207,11 @@ def eval_retrieval(
     limit: Annotated[
         int | None, typer.Option("--n", "--limit", help="Evaluate only the first N questions.", min=1)
     ] = None,
+    refiner: Annotated[
+        str | None,
+        typer.Option(help="Also evaluate each index through this refiner (sentences, sentences-embedding): "
+                          "answer-in-docs and characters read of what an agent would see."),
+    ] = None,
 ) -> None:
     """Recall@k of gold evidence and answer-in-document rate, per index.
 
@@ -246,6 +251,9 @@ def eval_retrieval(
         try:
             retriever: Any = remote_from_url(folder) if is_server_url(folder) else open_index(folder, mmap=mmap)
             results.append(evaluate_retrieval(retriever, examples, ks, name=str(folder)))
+            if refiner:
+                results.append(evaluate_retrieval(retriever, examples, ks, name=f"{folder} + {refiner}",
+                                                  refiner=refiner))
         except RetrieverError as exc:
             typer.echo(f"error: {folder}: {exc}", err=True)
             raise typer.Exit(2) from None
@@ -256,8 +264,9 @@ def eval_retrieval(
         table.add_column(f"@{x}", justify="right")
     for r in results:
         for label, values in (("recall", r.recall), ("all-evidence", r.all_evidence),
-                              ("answer-in-docs", r.answer_in_docs)):
-            cells = ("n/a" if values[x] is None else f"{values[x]:.3f}" for x in ks)
+                              ("answer-in-docs", r.answer_in_docs), ("chars-read", r.chars_read)):
+            cells = ("n/a" if values[x] is None else f"{values[x]:.0f}" if label == "chars-read"
+                     else f"{values[x]:.3f}" for x in ks)
             table.add_row(r.name if label == "recall" else "", label, *cells)
     Console().print(table)
     if results and results[0].num_with_evidence == 0:

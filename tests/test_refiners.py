@@ -106,3 +106,17 @@ def test_eval_retrieval_cli_adds_refined_rows(tmp_path: Any, corpus_file: Any, q
 
     names = [r["name"] for r in json.loads((tmp_path / "q.json").read_text())["results"]]
     assert names == [str(tmp_path / "i"), f"{tmp_path / 'i'} + sentences"]
+
+
+def test_eval_reports_the_characters_an_agent_read(tmp_path: Any) -> None:
+    from agents.evaluate import evaluate
+    from searchenv.retrievers.bm25 import BM25Retriever
+
+    from .conftest import DOCS
+
+    retriever = BM25Retriever.build([*DOCS, LONG], tmp_path / "idx")
+    whole = evaluate("oracle", task=EXAMPLES, retriever=retriever, top_k=3)
+    cut = evaluate("oracle", task=EXAMPLES, retriever=retriever, top_k=3,
+                   env_kwargs={"refiner": SentenceRefiner(max_sentences=1)})
+    assert 0 < cut.row["chars_read"] < whole.row["chars_read"]
+    assert cut.row["evidence_recall"] == whole.row["evidence_recall"]

@@ -316,7 +316,7 @@ def _run_batch(
                     hits = all_hits[offset : offset + len(req.queries)]
                 offset += len(req.queries)
             _, reward, terminated, truncated, info = envs[i].finish_step(req, hits)
-            shown = tuple(tuple(per_q[:top_k]) for per_q in hits) if isinstance(hits, list) else ()
+            shown = envs[i].shown_hits  # what the agent was shown: cut to max_doc_chars, refined
             states[i].steps.append(StepRecord(turn.text, info, shown))
             states[i].messages = envs[i].messages()
             step_logs[i].append(

@@ -193,6 +193,8 @@ class SearchQAEnv(gym.Env[str, str]):
         self._example: QAExample | None = None
         self._pending: StepRequest | None = None
         self._done = True
+        #: The hits the latest step showed the agent (cut to ``max_doc_chars``, through the refiner).
+        self.shown_hits: tuple[tuple[Hit, ...], ...] = ()
 
     # ---- episode ---------------------------------------------------------------------------------
     def reset(
@@ -340,6 +342,7 @@ class SearchQAEnv(gym.Env[str, str]):
             new_text = self.protocol.render_invalid(action)
         else:
             new_text = ""
+        self.shown_hits = step_hits
         seen_before = frozenset(self._retrieved_set)
         step_ids: list[str] = []
         for per_q in step_hits:

@@ -49,6 +49,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE] + [str(
 
 import learning  # noqa: E402
 from _common import RESULTS, machine  # noqa: E402
+from searchenv.corpus import atomic_write_lines  # noqa: E402
 
 OUTCOME = {"outcome": 1.0, "format": 0.1}
 
@@ -243,8 +244,9 @@ def report(args: argparse.Namespace) -> None:
             data["curves_png"] = str(png)
             lines += ["", f"Learning curves: `benchmarks/results/ablation_{key}_curves.png`."]
         lines += ["", f"Command: `python benchmarks/ablations.py --arms {','.join(first + second)}`."]
-        (RESULTS / f"ablation_{key}.json").write_text(json.dumps(data, indent=2, default=str) + "\n")
-        (RESULTS / f"ablation_{key}.md").write_text("\n".join(lines) + "\n")
+        # temporary file, then rename: a killed report leaves each file old or new, never half
+        atomic_write_lines(RESULTS / f"ablation_{key}.json", json.dumps(data, indent=2, default=str).splitlines())
+        atomic_write_lines(RESULTS / f"ablation_{key}.md", lines)
         print("\n".join(lines), "\n")
 
 

@@ -43,6 +43,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import write_results  # noqa: E402
 from retrieval_dense import clustered, load_average, unit_vectors  # noqa: E402
+from searchenv.corpus import atomic_write_lines  # noqa: E402
 
 # name -> (DenseRetriever index_type, build options, query options); "ivf-pq+rerank" queries the
 # ivf-pq build (which also keeps float16 vectors) with exact re-ranking of 100 candidates.
@@ -257,10 +258,10 @@ def main() -> None:
         x.flush()
         del x
         np.save(work / "queries.npy", clustered(rng, centres, args.queries, args.spread))
-        (work / "spec.json").write_text(json.dumps(spec))
+        atomic_write_lines(work / "spec.json", [json.dumps(spec)])  # last: it marks the vectors complete
     started = work / "load_before.json"  # the load when this run (possibly resumed) first started
     if not started.is_file():
-        started.write_text(json.dumps(load_average()))
+        atomic_write_lines(started, [json.dumps(load_average())])
     load_before = json.loads(started.read_text())
 
     names = ["flat", *[t for t in args.types if t != "flat"]]  # flat first: it gives the ground truth
@@ -276,12 +277,12 @@ def main() -> None:
         result = work / f"result-encode-{args.encode_docs}.json"
         if not result.is_file():
             print(f"[{time.strftime('%H:%M:%S')}] real encoding of {args.encode_docs} passages", flush=True)
-            result.write_text(json.dumps(encode_real(args.encode_docs, work)))
+            atomic_write_lines(result, [json.dumps(encode_real(args.encode_docs, work))])
             args.measured = True
         encoding = json.loads(result.read_text())
     ended = work / "load_after.json"  # the load when the last step was measured
     if getattr(args, "measured", False) or not ended.is_file():
-        ended.write_text(json.dumps(load_average()))
+        atomic_write_lines(ended, [json.dumps(load_average())])
     load_after = json.loads(ended.read_text())
 
     # ---------------------------------------------------------------- the table and the arithmetic

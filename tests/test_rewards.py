@@ -233,6 +233,7 @@ def test_preset_names_are_documented() -> None:
         "frugal",
         "process",
         "shaped",
+        "arena",
     }
 
 

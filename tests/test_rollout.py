@@ -375,3 +375,33 @@ def test_any_model_text_gives_consistent_records(
         for t, ids in enumerate(rec.generated_ids):
             assert rec.logprobs[rec.turn_spans[t][0] : rec.turn_spans[t][1]] == [-0.5] * len(ids)
         assert set(rec.info) >= {"em", "f1", "evidence_recall", "answer", "episode"}
+
+
+class BrowsePolicy(ScriptPolicy):
+    """Search, open the first document, answer: the ``browse`` protocol through the engine."""
+
+    def generate(
+        self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int = 256, **kwargs: Any
+    ) -> list[Generation]:
+        self.stops = kwargs.get("stop")
+        out = []
+        for p in prompts:
+            seen = self.decode(p).split("Question:")[-1].count("<information>")
+            text = ["<search> Tobin Quenn born </search>", "<think> read it </think><open> 1 </open>",
+                    "<answer> Karsk </answer>"][min(seen, 2)]
+            ids = tuple(self.encode(text))
+            out.append(Generation(text, ids, tuple(-1.0 for _ in ids), "stop"))
+        return out
+
+
+def test_browse_opens_are_environment_tokens_masked_out(tiny: HFPolicy, make_env: Any) -> None:
+    policy = BrowsePolicy(tiny)
+    env = make_env(protocol="browse", max_turns=4)
+    engine = RolloutEngine(policy, env, max_new_tokens=40)
+    assert "</open>" in engine.stop
+    [rec] = engine.run([EXAMPLES[1]], group_size=1, seed=0)
+    assert "</open>" in policy.stops
+    assert [i["action_type"] for i in rec.step_infos] == ["search", "open", "answer"] and rec.info["em"] == 1.0
+    _check_layout(rec, policy)
+    page = rec.env_ids[1]
+    assert "page 1 of 1" in tiny.decode(page)  # the opened page is environment text, masked out

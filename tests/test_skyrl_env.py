@@ -122,3 +122,26 @@ def test_a_closed_env_is_reused_by_the_next_trajectory(index: Path) -> None:
     assert second.step("<answer> Karsk </answer>")["metadata"]["em"] == 1.0
     other = SearchQASkyRLEnv({"retriever": str(index), "top_k": 2}, _row(tobin))
     assert other.env is not inner  # other settings: another environment
+
+
+@pytest.mark.parametrize("protocol", ["browse", "arena"])
+def test_new_protocols_through_skyrl(index: Path, protocol: str) -> None:
+    """Opens, citations and their metrics come through the SkyRL adapter unchanged."""
+    ex = QAExample("t3", "Where was Tobin Quenn born?", ("Karsk",), ("d3",))
+    config = {"retriever": str(index), "protocol": protocol, "reward": "arena" if protocol == "arena" else "default",
+              "top_k": 2, "max_turns": 4}
+    env = SearchQASkyRLEnv(config, _row(ex))
+    messages, _ = env.init([])
+    assert ("<open>" in messages[0]["content"]) == (protocol == "browse")
+    out = env.step("<search> Tobin Quenn born </search>")
+    assert "Doc 1(Title: Tobin Quenn)" in out["observations"][0]["content"]
+    if protocol == "browse":
+        out = env.step("<open> 1 </open>")
+        assert out["metadata"]["action_type"] == "open" and "page 1 of 1" in out["observations"][0]["content"]
+        out = env.step("<answer> Karsk </answer>")
+        assert env.get_metrics()["opens"] == 1.0
+    else:
+        out = env.step("<relevance> 1 </relevance><analysis> Doc 1 says Karsk </analysis><answer> Karsk </answer>")
+        assert out["reward"] == pytest.approx(2.5)  # format, EM, citation F1 1, bonus
+        assert env.get_metrics()["reward/bonus"] == 0.5
+    assert out["done"] and out["metadata"]["em"] == 1.0

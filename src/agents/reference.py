@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from agents.policies.base import ChatPolicy, Policy
@@ -118,6 +118,45 @@ class EpisodeState:
         """Turns left in the budget, this one included."""
         return self.max_turns - len(self.steps)
 
+    def doc_number(self, doc_id: str) -> int | None:
+        """The number the environment gave a shown document, or None if not shown or not numbered.
+
+        Only protocols that number documents across the episode (``arena``, ``browse``) number them.
+        """
+        for step in self.steps:
+            for per_query, nums in zip(step.hits, step.info.get("doc_numbers") or (), strict=False):
+                for h, n in zip(per_query, nums, strict=False):
+                    if h.doc_id == doc_id:
+                        return int(n)
+        return None
+
+    def opened_ids(self) -> list[str]:
+        """Documents opened so far (``browse``), in order, each once."""
+        out: list[str] = []
+        for step in self.steps:
+            opened = step.info.get("opened")
+            if opened and opened["doc_id"] not in out:
+                out.append(opened["doc_id"])
+        return out
+
+    def read_hits(self) -> list[Hit]:
+        """Every document shown so far with the most of it the agent has read.
+
+        A document opened (``browse``) has the text of its opened pages in page order instead
+        of its search snippet; otherwise as :meth:`retrieved_hits`.
+        """
+        pages: dict[str, dict[int, str]] = {}
+        for step in self.steps:
+            opened = step.info.get("opened")
+            if opened and step.hits:
+                pages.setdefault(opened["doc_id"], {})[int(opened["page"])] = step.hits[0][0].text
+        out = []
+        for h in self.retrieved_hits():
+            if h.doc_id in pages:
+                h = replace(h, text=" ".join(t for _, t in sorted(pages[h.doc_id].items())))
+            out.append(h)
+        return out
+
     def retrieved_hits(self) -> list[Hit]:
         """Every distinct document retrieved so far, in order of first retrieval."""
         seen: set[str] = set()
@@ -167,9 +206,10 @@ class EpisodeRecord:
         answer: The agent's final answer (None if it never answered).
         messages: The transcript as chat messages.
         steps: Per step: ``turn``, ``action_type``, ``invalid_reason``, ``queries``, ``doc_ids``,
-            ``reward``, ``reward_terms``, ``generated_tokens``.
+            ``reward``, ``reward_terms``, ``generated_tokens``; ``opened`` after an open and
+            ``cited_doc_ids`` after a citing answer.
         metrics: ``em``, ``f1``, ``contains``, ``evidence_recall`` (None without gold evidence),
-            ``searches``, ``queries``, ``turns``, ``invalid_turns``, ``answered``, ``return``,
+            ``searches``, ``queries``, ``turns``, ``invalid_turns``, ``opens``, ``answered``, ``return``,
             ``generated_tokens``, ``infra_errors``.
     """
 
@@ -330,6 +370,7 @@ def _run_batch(
                     "reward_terms": info["reward_terms"],
                     "generated_tokens": turn.generated_tokens,
                     "infra_error": info["infra_error"],
+                    **{k: info[k] for k in ("opened", "cited_doc_ids") if k in info},
                 }
             )
             if terminated or truncated:
@@ -354,6 +395,7 @@ def _run_batch(
             "queries": ep["queries"],
             "turns": ep["turns"],
             "invalid_turns": ep["invalid_turns"],
+            "opens": ep["opens"],
             "answered": ep["answered"],
             "return": ep["return"],
             "generated_tokens": gen,

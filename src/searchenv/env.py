@@ -11,7 +11,7 @@ from typing import Any, SupportsFloat
 import gymnasium as gym
 
 from searchenv.metrics import exact_match, f1_score, gold_in_prediction, normalize_answer
-from searchenv.protocols import Action, Answer, Invalid, Protocol, Search, get_protocol
+from searchenv.protocols import Action, Answer, Invalid, Open, Protocol, Search, get_protocol
 from searchenv.refiners import Refiner, get_refiner
 from searchenv.retrievers.base import Hit, Retriever, RetrieverError
 from searchenv.rewards import Reward, StepContext, answer_admissible, get_reward, score_step
@@ -87,17 +87,22 @@ class SearchQAEnv(gym.Env[str, str]):
 
     ## Info keys
     Every step: ``new_text`` (what the environment appended), ``turn``, ``action_type``
-    (``search``/``answer``/``invalid``), ``invalid_reason`` (a code or None), ``num_searches``,
+    (``search``/``open``/``answer``/``invalid``), ``invalid_reason`` (a code or None), ``num_searches``,
     ``queries`` (this step's), ``doc_ids`` (retrieved this step), ``reward_terms``, ``reward_signals``,
     ``infra_error`` (the retriever failed: drop such trajectories from training),
     ``infra_error_type`` (the exception's class name, e.g. ``RetrieverError`` or ``RecursionError``;
-    None without a failure), ``example_id``. Any ``Exception`` from the retriever, or an answer
-    that is not one list of hits per query, is such a failure, never a crash of :meth:`step`.
+    None without a failure), ``example_id``. Under protocols that number documents across the
+    episode (``arena``, ``browse``) a search step also has ``doc_numbers`` (each hit's number, per
+    query); an open step has ``opened`` (``doc_id``, ``number``, ``page``, ``pages``); an answer that
+    cites documents has ``cited_doc_ids`` (numbers never shown dropped). Any ``Exception`` from
+    the retriever, or an answer that is not one list of hits per query, is an infrastructure
+    failure (``infra_error``), never a crash of :meth:`step`.
     At episode end also: ``answer`` (None if unanswered), ``gold_answers``, ``em``, ``f1``,
     ``contains``, ``evidence_recall`` (None when the example has no gold evidence) and
     ``episode`` (totals per term, return, searches, queries, duplicate queries, invalid turns,
     em, f1, contains, evidence recall, answered, answer_admissible: whether the answer passed the
-    reward's guard against over-long and multi-candidate answers).
+    reward's guard against over-long and multi-candidate answers; ``opens``, ``opened_doc_ids``,
+    and ``cited_doc_ids``, None unless the answer had a citation block).
 
     ## Arguments
     task: Task name, path to a FlashRAG QA JSONL file, or a sequence of ``QAExample``.
@@ -108,7 +113,12 @@ class SearchQAEnv(gym.Env[str, str]):
         folder, the URL of a retrieval server (``"http://127.0.0.1:8000"``: ``searchenv serve``
         or any server speaking Search-R1's ``/retrieve``; a :class:`RemoteRetriever` with the token
         from ``$SEARCHENV_TOKEN`` if set), or any object with ``search_batch(queries, k)``.
-    protocol: ``"search-r1"``, ``"multi-query"`` or a :class:`~searchenv.protocols.Protocol`.
+    protocol: ``"search-r1"``, ``"multi-query"`` (RAG-R1: several queries a turn), ``"arena"``
+        (ARENA: documents numbered across the episode; the answer turn cites them in
+        ``<relevance>`` and reasons in ``<analysis>``; pair it with ``reward="arena"``),
+        ``"browse"`` (a search shows titles and snippets; ``<open>N</open>`` reads shown document
+        N in full, page by page; opens cost a turn and can be priced with ``cost``'s
+        ``per_open``), or a :class:`~searchenv.protocols.Protocol`.
     top_k: Documents returned per query.
     max_turns: Turn budget per episode.
     reward: See Rewards.
@@ -125,7 +135,9 @@ class SearchQAEnv(gym.Env[str, str]):
     render_mode: ``"ansi"`` (render returns the transcript) or ``"human"`` (prints it).
 
     ## Version history
-    v0: first release; ``refiner`` added later (default off, so v0 behaviour is unchanged).
+    v0: first release; ``refiner`` and the ``arena`` and ``browse`` protocols added later (the
+    defaults are unchanged, so v0 behaviour is too; the episode summary gained ``opens``,
+    ``opened_doc_ids`` and ``cited_doc_ids``).
     """
 
     metadata: dict[str, Any] = {"render_modes": ["ansi", "human"], "render_fps": 4}
@@ -181,6 +193,9 @@ class SearchQAEnv(gym.Env[str, str]):
 
         per_query = top_k * (max_doc_chars + _MAX_TITLE_CHARS + 24) + self.protocol.max_query_chars + 32
         info_bound = max(self.protocol.max_queries * per_query, _MAX_ERROR_CHARS) + _RENDER_SLACK
+        page_chars = getattr(self.protocol, "page_chars", None)
+        if self.protocol.can_open and isinstance(page_chars, int):
+            info_bound = max(info_bound, page_chars + _MAX_TITLE_CHARS + _RENDER_SLACK)
         prompt_bound = len(self.protocol.prompt("")) + max_question_chars
         self._turn_bound = self.protocol.max_turn_chars
         self._info_bound = info_bound
@@ -233,6 +248,11 @@ class SearchQAEnv(gym.Env[str, str]):
         self._queries_seen: set[str] = set()
         self._retrieved: list[str] = []
         self._retrieved_set: set[str] = set()
+        self._numbers: dict[str, int] = {}  # doc id -> its episode-wide number
+        self._numbered: list[Hit] = []  # number - 1 -> the hit as retrieved (whole text, for open)
+        self._num_opens = 0
+        self._opened: list[str] = []
+        self._cited: list[str] | None = None
         self._history: list[dict[str, float]] = []
         self._signal_history: list[dict[str, float]] = []
         self._totals: dict[str, float] = {}
@@ -286,9 +306,24 @@ class SearchQAEnv(gym.Env[str, str]):
         if self._pending is not None:
             raise RuntimeError("a prepared step is pending; call finish_step() first")
         parsed = self.protocol.parse(action)
+        if isinstance(parsed, Open):
+            parsed = self._check_open(parsed)
         queries = parsed.queries if isinstance(parsed, Search) else ()
         self._pending = StepRequest(action, parsed, queries)
         return self._pending
+
+    def _check_open(self, action: Open) -> Open | Invalid:
+        """An open of a number this episode never showed, or past the last page, is invalid."""
+        shown = len(self._numbered)
+        if not 1 <= action.number <= shown:
+            where = f"open one of Doc 1-{shown}" if shown else "nothing was shown yet; search first"
+            return Invalid(Invalid.UNKNOWN_DOCUMENT, f"Doc {action.number} was not shown in this episode; {where}.")
+        pages = len(self.protocol.paginate(self._numbered[action.number - 1].text))
+        if action.page > pages:
+            return Invalid(
+                Invalid.PAGE_OUT_OF_RANGE, f"Doc {action.number} has {pages} page{'s' if pages > 1 else ''}."
+            )
+        return action
 
     def finish_step(
         self, request: StepRequest, hits: Sequence[Sequence[Hit]] | Exception | None = None
@@ -312,6 +347,10 @@ class SearchQAEnv(gym.Env[str, str]):
         infra_error = isinstance(hits, Exception)
         step_hits: tuple[tuple[Hit, ...], ...] = ()
         refined: list[list[dict[str, Any]]] | None = None
+        shown: tuple[tuple[Hit, ...], ...] = ()
+        numbers: list[list[int]] | None = None
+        opened: dict[str, Any] | None = None
+        cited: tuple[str, ...] | None = None
         new_ids: list[str] = []
         repeated = 0
         if isinstance(action, Search):
@@ -333,16 +372,37 @@ class SearchQAEnv(gym.Env[str, str]):
                         f"finish_step() got {0 if hits is None else len(hits)} hit lists for "
                         f"{len(action.queries)} queries"
                     )
-                step_hits = tuple(tuple(self._clip(h) for h in per_q[: self.top_k]) for per_q in hits)
+                raw = tuple(tuple(per_q[: self.top_k]) for per_q in hits)
+                step_hits = tuple(tuple(self._clip(h) for h in per_q) for per_q in raw)
                 if self.refiner is not None:
                     step_hits, refined = self.refiner.refine(action.queries, step_hits)
-                new_text = self.protocol.render_hits(action.queries, step_hits)
+                whole = {h.doc_id: h for per_q in raw for h in per_q}  # as retrieved: what open reads
+                numbers = [[self._number(whole.get(h.doc_id, h)) for h in per_q] for per_q in step_hits]
+                shown = tuple(self.protocol.as_shown(per_q) for per_q in step_hits)
+                if self.protocol.episode_numbering:
+                    new_text = self.protocol.render_hits(action.queries, shown, numbers=numbers)
+                else:
+                    new_text = self.protocol.render_hits(action.queries, shown)
+        elif isinstance(action, Open):
+            self._num_opens += 1
+            doc = self._numbered[action.number - 1]
+            pages = self.protocol.paginate(doc.text)
+            page = replace(doc, title=doc.title[:_MAX_TITLE_CHARS], text=pages[action.page - 1])
+            new_text = self.protocol.render_page(action.number, page, action.page, len(pages), page.text)
+            shown = ((page,),)
+            self._opened.append(doc.doc_id)
+            opened = {"doc_id": doc.doc_id, "number": action.number, "page": action.page, "pages": len(pages)}
         elif isinstance(action, Invalid):
             self._invalid_turns += 1
             new_text = self.protocol.render_invalid(action)
         else:
             new_text = ""
-        self.shown_hits = step_hits
+            if action.cited is not None:  # numbers never shown in this episode name nothing
+                cited = tuple(dict.fromkeys(
+                    self._numbered[n - 1].doc_id for n in action.cited if 1 <= n <= len(self._numbered)
+                ))
+                self._cited = list(cited)
+        self.shown_hits = shown
         seen_before = frozenset(self._retrieved_set)
         step_ids: list[str] = []
         for per_q in step_hits:
@@ -372,6 +432,9 @@ class SearchQAEnv(gym.Env[str, str]):
             repeated_queries=repeated,
             invalid_turns=self._invalid_turns,
             infra_error=infra_error,
+            num_opens=self._num_opens,
+            opened_doc_id=opened["doc_id"] if opened else None,
+            cited_doc_ids=cited,
             history=tuple(self._history),
             signal_history=tuple(self._signal_history),
         )
@@ -397,7 +460,7 @@ class SearchQAEnv(gym.Env[str, str]):
             "example_id": ex.id,
             "new_text": new_text,
             "turn": self._turn,
-            "action_type": "search" if isinstance(action, Search) else "answer" if terminated else "invalid",
+            "action_type": _action_type(action),
             "invalid_reason": action.code if isinstance(action, Invalid) else None,
             "num_searches": self._num_searches,
             "queries": list(request.queries),
@@ -409,6 +472,12 @@ class SearchQAEnv(gym.Env[str, str]):
         }
         if refined is not None:
             info["refined"] = refined
+        if numbers is not None and self.protocol.episode_numbering:
+            info["doc_numbers"] = numbers
+        if opened is not None:
+            info["opened"] = opened
+        if cited is not None:
+            info["cited_doc_ids"] = list(cited)
         if self._done:
             info.update(self._final_info(action.text if isinstance(action, Answer) else None))
         obs = "".join(self._parts)
@@ -454,6 +523,14 @@ class SearchQAEnv(gym.Env[str, str]):
         self._done = True
         return {"example_id": self._example.id, "turn": self._turn, **self._final_info(None), "truncated_by": reason}
 
+    def _number(self, hit: Hit) -> int:
+        """The episode-wide number of a retrieved document (a new one gets the next number)."""
+        n = self._numbers.get(hit.doc_id)
+        if n is None:
+            self._numbered.append(hit)
+            n = self._numbers[hit.doc_id] = len(self._numbered)
+        return n
+
     def _clip(self, hit: Hit) -> Hit:
         if len(hit.text) <= self.max_doc_chars and len(hit.title) <= _MAX_TITLE_CHARS:
             return hit
@@ -486,6 +563,9 @@ class SearchQAEnv(gym.Env[str, str]):
                 "invalid_turns": self._invalid_turns,
                 "infra_errors": self._infra_errors,
                 "retrieved_doc_ids": list(self._retrieved),
+                "opens": self._num_opens,
+                "opened_doc_ids": list(self._opened),
+                "cited_doc_ids": None if self._cited is None else list(self._cited),
                 "em": em,
                 "f1": f1,
                 "contains": contains,
@@ -539,11 +619,20 @@ def episode_metrics(final_info: Mapping[str, Any]) -> dict[str, float]:
     """
     ep = final_info["episode"]
     out = {key: float(ep[key]) for key in ("em", "f1", "contains", "searches", "queries", "duplicate_queries", "turns",
-                                           "invalid_turns", "infra_errors", "answered", "answer_admissible", "return")}
+                                           "invalid_turns", "infra_errors", "answered", "answer_admissible", "return",
+                                           "opens")}
     if ep["evidence_recall"] is not None:
         out["evidence_recall"] = float(ep["evidence_recall"])
     out.update({f"reward/{term}": float(value) for term, value in ep["reward_totals"].items()})
     return out
+
+
+def _action_type(action: Action) -> str:
+    if isinstance(action, Search):
+        return "search"
+    if isinstance(action, Open):
+        return "open"
+    return "answer" if isinstance(action, Answer) else "invalid"
 
 
 def search_or_error(retriever: Retriever, queries: Sequence[str], k: int) -> list[list[Hit]] | Exception:

@@ -12,13 +12,21 @@ Formats:
     ``<information>Doc 1(Title: ...) text ...</information>`` (Search-R1, ReSearch).
     ``multi-query``: as ``search-r1`` but one ``<search>`` block may hold several
     queries, one per line, searched together, up to ``max_queries`` (RAG-R1).
+    ``arena``: as ``search-r1``, with documents numbered across the episode (the first search
+    shows Doc 1-3, the next Doc 4-6; a document shown again keeps its number), and a final turn
+    that cites the documents it relies on: ``<relevance>1, 4</relevance><analysis>..</analysis>
+    <answer>..</answer>`` (ARENA). A citation of a number never shown earns nothing.
+    ``browse``: a search returns each hit's title and the first ``snippet_chars`` characters;
+    ``<open>3</open>`` reads shown document 3 in full, ``page_chars`` characters a page
+    (``<open>3 page 2</open>`` for the next), as web agents do (DeepResearcher).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import ClassVar
 
 from searchenv.retrievers.base import Hit
@@ -33,9 +41,29 @@ class Search:
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    """Give the final answer."""
+    """Give the final answer.
+
+    Attributes:
+        text: The answer, whitespace collapsed.
+        cited: Document numbers the turn cites as its evidence (``arena``: the ``<relevance>``
+            block; ``()`` when it cites none); None when the turn has no citation block.
+    """
 
     text: str
+    cited: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Open:
+    """Read one page of a document shown earlier in the episode (``browse``).
+
+    Attributes:
+        number: The document's number as shown (``Doc 3`` -> 3).
+        page: 1-based page.
+    """
+
+    number: int
+    page: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,12 +90,28 @@ class Invalid:
     TOO_MANY_QUERIES: ClassVar[str] = "too_many_queries"
     QUERY_TOO_LONG: ClassVar[str] = "query_too_long"
     FAKE_INFORMATION: ClassVar[str] = "fake_information"
+    MULTIPLE_ACTIONS: ClassVar[str] = "multiple_actions"
+    BAD_OPEN: ClassVar[str] = "bad_open"
+    UNKNOWN_DOCUMENT: ClassVar[str] = "unknown_document"
+    PAGE_OUT_OF_RANGE: ClassVar[str] = "page_out_of_range"
+    MULTIPLE_RELEVANCE: ClassVar[str] = "multiple_relevance"
 
 
-Action = Search | Answer | Invalid
+Action = Search | Answer | Open | Invalid
 
-_TAGS = ("think", "search", "answer", "information")
-_TAG_RE = re.compile(r"<(/?)(think|search|answer|information)\s*>", re.IGNORECASE)
+#: Every tag any built-in protocol uses; :func:`sanitize` neutralises all of them in documents.
+ALL_TAGS = ("think", "search", "answer", "information", "open", "relevance", "analysis")
+_TAG_RE = re.compile(rf"<(/?)({'|'.join(ALL_TAGS)})\s*>", re.IGNORECASE)
+_BASE_TAGS = ("think", "search", "answer", "information")
+_NUMBER = re.compile(r"\d{1,9}")  # bounded: int() of a huge digit string is slow or refused
+_OPEN_BODY = re.compile(
+    r"\s*(?:doc(?:ument)?\s*)?#?\s*(\d{1,9})(?:\s*(?:,|:|;)?\s*(?:page|p\.?)?\s*(\d{1,9}))?\s*", re.IGNORECASE
+)
+
+
+@lru_cache(maxsize=64)
+def _tag_pattern(tags: tuple[str, ...]) -> re.Pattern[str]:
+    return re.compile(rf"<(/?)({'|'.join(tags)})\s*>", re.IGNORECASE)
 
 
 def sanitize(text: str) -> str:
@@ -87,11 +131,11 @@ class _Block:
     body: str
 
 
-def _blocks(text: str) -> tuple[list[_Block], str | None]:
+def _blocks(text: str, pattern: re.Pattern[str]) -> tuple[list[_Block], str | None]:
     """Split ``text`` into tag blocks; return (blocks, error message or None)."""
     blocks: list[_Block] = []
     open_tag: tuple[str, int, int] | None = None  # (tag, start, body_start)
-    for m in _TAG_RE.finditer(text):
+    for m in pattern.finditer(text):
         closing, tag = m.group(1) == "/", m.group(2).lower()
         if open_tag is None:
             if closing:
@@ -119,6 +163,13 @@ class Protocol:
     name: ClassVar[str] = ""
     #: Strings at which generation should stop (the end of an action).
     stop: ClassVar[tuple[str, ...]] = ("</search>", "</answer>")
+    #: Tags this protocol parses in a turn; other ``<...>`` text is plain text to it.
+    tags: ClassVar[tuple[str, ...]] = _BASE_TAGS
+    #: Documents are numbered across the episode (the environment passes ``numbers`` to
+    #: :meth:`render_hits` and resolves citations and opens by them).
+    episode_numbering: ClassVar[bool] = False
+    #: The protocol has an ``open`` action (see :meth:`paginate`).
+    can_open: ClassVar[bool] = False
 
     def __init__(
         self, *, max_turn_chars: int = 4096, max_query_chars: int = 512, max_queries: int = 1
@@ -168,17 +219,21 @@ class Protocol:
             )
         # Checked before tag balance: advice to close an <information> the agent opened would
         # only lead it to write a whole fake block.
-        if any(m.group(2).lower() == "information" for m in _TAG_RE.finditer(text)):
+        pattern = _tag_pattern(self.tags)
+        if any(m.group(2).lower() == "information" for m in pattern.finditer(text)):
             return Invalid(
                 Invalid.FAKE_INFORMATION,
                 "Do not write <information> or </information> yourself; end your turn after </search> "
                 "and the search engine returns the information.",
             )
-        blocks, error = _blocks(text)
+        blocks, error = _blocks(text, pattern)
         if error is not None:
             return Invalid(Invalid.UNCLOSED_TAG, f"Malformed tags: {error}.")
         answers = [b for b in blocks if b.tag == "answer"]
         searches = [b for b in blocks if b.tag == "search"]
+        opens = [b for b in blocks if b.tag == "open"]
+        if opens:
+            return self._parse_open(opens, answers, searches)
         if len(answers) > 1:
             return Invalid(
                 Invalid.MULTIPLE_ANSWERS, f"The turn has {len(answers)} <answer> blocks; give exactly one."
@@ -199,13 +254,32 @@ class Protocol:
                 return Invalid(Invalid.TEXT_AFTER_ANSWER, "Nothing may follow </answer>; end the turn there.")
             if not ans.body.strip():
                 return Invalid(Invalid.EMPTY_ANSWER, "The <answer> block is empty.")
-            return Answer(" ".join(ans.body.split()))
+            return self._answer(ans, blocks)
         if searches:
             return self._parse_search(searches)
         return Invalid(
             Invalid.NO_ACTION,
             "No action found. Search with <search> query </search> or answer with <answer> answer </answer>.",
         )
+
+    def _answer(self, ans: _Block, blocks: Sequence[_Block]) -> Action:
+        """The :class:`Answer` of a well-formed answer turn (a protocol may read more blocks)."""
+        return Answer(" ".join(ans.body.split()))
+
+    def _parse_open(self, opens: Sequence[_Block], answers: Sequence[_Block], searches: Sequence[_Block]) -> Action:
+        """An ``<open>`` turn (only protocols whose :attr:`tags` include ``open`` get here)."""
+        if answers or searches or len(opens) > 1:
+            return Invalid(
+                Invalid.MULTIPLE_ACTIONS,
+                "One action per turn: a single <open>, <search> or <answer> block.",
+            )
+        m = _OPEN_BODY.fullmatch(opens[0].body)
+        if m is None or int(m.group(1)) < 1 or (m.group(2) is not None and int(m.group(2)) < 1):
+            return Invalid(
+                Invalid.BAD_OPEN,
+                "Open a document by its number: <open> 2 </open>, or a later page with <open> 2 page 2 </open>.",
+            )
+        return Open(int(m.group(1)), int(m.group(2)) if m.group(2) is not None else 1)
 
     def _split_queries(self, searches: Sequence[_Block]) -> list[str] | Invalid:
         queries = []
@@ -237,17 +311,47 @@ class Protocol:
 
     # ---- rendering -----------------------------------------------------------------------
     @staticmethod
-    def render_docs(hits: Sequence[Hit]) -> str:
-        """Render one query's hits as ``Doc i(Title: t) text`` lines."""
+    def render_docs(hits: Sequence[Hit], numbers: Sequence[int] | None = None) -> str:
+        """Render one query's hits as ``Doc i(Title: t) text`` lines.
+
+        Args:
+            hits: The hits.
+            numbers: Each hit's number (default 1, 2, ...).
+        """
         if not hits:
             return "No documents found."
+        nums = numbers if numbers is not None else range(1, len(hits) + 1)
         return "\n".join(
-            f"Doc {i}(Title: {sanitize(h.title)}) {sanitize(h.text)}" for i, h in enumerate(hits, 1)
+            f"Doc {i}(Title: {sanitize(h.title)}) {sanitize(h.text)}" for i, h in zip(nums, hits, strict=True)
         )
 
-    def render_hits(self, queries: Sequence[str], hits: Sequence[Sequence[Hit]]) -> str:
-        """The text appended after a search turn."""
-        return f"\n\n<information>{self.render_docs(hits[0])}</information>\n\n"
+    def render_hits(
+        self, queries: Sequence[str], hits: Sequence[Sequence[Hit]], numbers: Sequence[Sequence[int]] | None = None
+    ) -> str:
+        """The text appended after a search turn.
+
+        Args:
+            queries: The turn's queries.
+            hits: Hits per query.
+            numbers: Each hit's episode-wide number, per query; the environment passes it only
+                to protocols with :attr:`episode_numbering`.
+        """
+        return f"\n\n<information>{self.render_docs(hits[0], numbers[0] if numbers else None)}</information>\n\n"
+
+    def as_shown(self, hits: Sequence[Hit]) -> tuple[Hit, ...]:
+        """The hits as a search turn shows them (whole by default; ``browse`` shows snippets)."""
+        return tuple(hits)
+
+    def paginate(self, text: str) -> list[str]:
+        """A document's text as the pages ``open`` shows (the whole text as one page by default)."""
+        return [text]
+
+    def render_page(self, number: int, hit: Hit, page: int, pages: int, text: str) -> str:
+        """The text appended after an ``open`` turn: one page of document ``number``."""
+        return (
+            f"\n\n<information>Doc {number}(Title: {sanitize(hit.title)}) page {page} of {pages}: "
+            f"{sanitize(text)}</information>\n\n"
+        )
 
     def render_invalid(self, action: Invalid) -> str:
         """The text appended after a malformed turn."""
@@ -301,16 +405,131 @@ class MultiQueryProtocol(Protocol):
     def _queries_in(self, body: str) -> list[str]:
         return [" ".join(line.split()) for line in body.splitlines() if line.strip()]
 
-    def render_hits(self, queries: Sequence[str], hits: Sequence[Sequence[Hit]]) -> str:
+    def render_hits(
+        self, queries: Sequence[str], hits: Sequence[Sequence[Hit]], numbers: Sequence[Sequence[int]] | None = None
+    ) -> str:
         """Results grouped by query."""
         parts = [
-            f"Query {i}: {sanitize(q)}\n{self.render_docs(h)}"
+            f"Query {i}: {sanitize(q)}\n{self.render_docs(h, numbers[i - 1] if numbers else None)}"
             for i, (q, h) in enumerate(zip(queries, hits, strict=True), 1)
         ]
         return "\n\n<information>" + "\n\n".join(parts) + "</information>\n\n"
 
 
-_PROTOCOLS: dict[str, type[Protocol]] = {p.name: p for p in (SearchR1Protocol, MultiQueryProtocol)}
+class ArenaProtocol(Protocol):
+    """ARENA (Ren et al., 2025): answers that cite the documents they rely on.
+
+    Searches work as in ``search-r1``, but documents are numbered across the episode, so a
+    number names one document for the whole episode. The final turn is structured::
+
+        <relevance> 1, 4 </relevance>
+        <analysis> Doc 1 says ..., Doc 4 says ..., so ... </analysis>
+        <answer> ... </answer>
+
+    The parsed :class:`Answer` carries the cited numbers (every number in the ``<relevance>``
+    block; ``()`` for none, ``None`` when the block is missing). A turn with several
+    ``<relevance>`` blocks is invalid (``multiple_relevance``). Whether the turn has the full
+    structure is for the reward to judge (:func:`searchenv.rewards.arena_turn_valid`); the
+    environment maps numbers to documents and drops numbers it never showed.
+    """
+
+    name = "arena"
+    tags = (*_BASE_TAGS, "relevance", "analysis")
+    episode_numbering = True
+
+    def system_prompt(self) -> str:
+        """Instructions that teach the ARENA format."""
+        return (
+            "Answer the question. Reason step by step inside <think> and </think>. If you lack knowledge, "
+            "search by writing <search> your query </search>; the results come back between <information> "
+            "and </information> as numbered documents (Doc 1, Doc 2, ...; numbers continue across searches). "
+            "When you know the answer, end with three parts: the numbers of the documents you rely on inside "
+            "<relevance> and </relevance>, your reasoning over them inside <analysis> and </analysis>, and the "
+            "answer inside <answer> and </answer>, for example <relevance> 1, 4 </relevance> <analysis> Doc 1 "
+            "says ... </analysis> <answer> Ostrava </answer>."
+        )
+
+    def _answer(self, ans: _Block, blocks: Sequence[_Block]) -> Action:
+        relevance = [b for b in blocks if b.tag == "relevance"]
+        if len(relevance) > 1:
+            return Invalid(Invalid.MULTIPLE_RELEVANCE, "Give one <relevance> block with every document you rely on.")
+        cited = None
+        if relevance:
+            cited = tuple(dict.fromkeys(int(n) for n in _NUMBER.findall(relevance[0].body)))
+        return Answer(" ".join(ans.body.split()), cited)
+
+
+class BrowseProtocol(Protocol):
+    """Search returns snippets; ``<open>`` reads a shown document page by page (DeepResearcher).
+
+    A search shows each hit's title and the first ``snippet_chars`` characters of its text
+    (cut at a word), numbered across the episode. ``<open> 3 </open>`` shows page 1 of
+    document 3 in full (``page_chars`` characters a page, cut at words), ``<open> 3 page 2
+    </open>`` the next page. Opening a number never shown or a page past the end is an
+    invalid turn (``unknown_document``, ``page_out_of_range``); ``open`` costs a turn like any
+    action, and reward terms can price it (``cost`` with ``per_open``).
+
+    Args:
+        snippet_chars: Characters of each hit's text a search shows.
+        page_chars: Characters per page of an opened document.
+        **kwargs: As for :class:`Protocol`.
+    """
+
+    name = "browse"
+    stop = ("</search>", "</answer>", "</open>")
+    tags = (*_BASE_TAGS, "open")
+    episode_numbering = True
+    can_open = True
+
+    def __init__(self, *, snippet_chars: int = 160, page_chars: int = 1000, **kwargs: int) -> None:
+        super().__init__(**kwargs)
+        for field, value in (("snippet_chars", snippet_chars), ("page_chars", page_chars)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{field} must be a positive integer, got {value!r}")
+        self.snippet_chars = snippet_chars
+        self.page_chars = page_chars
+
+    def system_prompt(self) -> str:
+        """Instructions that teach the browse format."""
+        return (
+            "Answer the question. Reason step by step inside <think> and </think>. Search by writing "
+            "<search> your query </search>; the results come back between <information> and </information> "
+            "as numbered documents (Doc 1, Doc 2, ...; numbers continue across searches) with a title and a "
+            "short snippet. To read a document in full, write <open> its number </open>, for example "
+            "<open> 2 </open>; a long document has pages: <open> 2 page 2 </open>. One action per turn. "
+            "When you know the answer, write it inside <answer> and </answer>, for example "
+            "<answer> Ostrava </answer>."
+        )
+
+    def as_shown(self, hits: Sequence[Hit]) -> tuple[Hit, ...]:
+        """Each hit with its text cut to the snippet a search shows."""
+        return tuple(replace(h, text=_cut_words(h.text, self.snippet_chars)) for h in hits)
+
+    def paginate(self, text: str) -> list[str]:
+        """Pages of at most ``page_chars`` characters, cut at whitespace where there is any."""
+        pages: list[str] = []
+        rest = text.strip()
+        while len(rest) > self.page_chars:
+            cut = rest.rfind(" ", 0, self.page_chars + 1)
+            cut = cut if cut > 0 else self.page_chars
+            pages.append(rest[:cut].rstrip())
+            rest = rest[cut:].lstrip()
+        pages.append(rest)
+        return pages
+
+
+def _cut_words(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters at a word, with ``...`` when cut."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = text.rfind(" ", 0, limit + 1)
+    return (text[:cut] if cut > 0 else text[:limit]).rstrip() + "..."
+
+
+_PROTOCOLS: dict[str, type[Protocol]] = {
+    p.name: p for p in (SearchR1Protocol, MultiQueryProtocol, ArenaProtocol, BrowseProtocol)
+}
 
 
 def register_protocol(cls: type[Protocol]) -> None:

@@ -14,7 +14,7 @@ result (finite, contributions summing to the reward).
 Terms (:data:`TERMS`): ``outcome``, ``format``, ``cost``, ``relevance``, ``shaping``.
 Presets (:data:`PRESETS`, ``reward="name"`` in ``gymnasium.make``): ``default``,
 ``search-r1``, ``search-r1-format``, ``research``, ``r3-rag``, ``r3-rag-normalized``,
-``frugal``, ``process``, ``shaped``. Formulas and sources are in ``docs/rewards.md``.
+``frugal``, ``process``, ``shaped``, ``arena``. Formulas and sources are in ``docs/rewards.md``.
 
 Guards against reward hacking, applied by every outcome computation here:
 
@@ -41,13 +41,14 @@ from searchenv.metrics import (
     gold_in_prediction,
     normalize_answer,
 )
-from searchenv.protocols import Action, Answer, Invalid, Search
+from searchenv.protocols import Action, Answer, Invalid, Open, Search
 from searchenv.retrievers.base import Hit
 from searchenv.tasks.base import QAExample
 
 __all__ = [
     "OUTCOME_METRICS",
     "PRESETS",
+    "ArenaReward",
     "TERMS",
     "R3RAGReward",
     "ReSearchReward",
@@ -57,6 +58,8 @@ __all__ = [
     "StepContext",
     "WeightedReward",
     "answer_admissible",
+    "arena_turn_valid",
+    "citation_f1",
     "cost_score",
     "custom",
     "evidence_recall",
@@ -92,6 +95,10 @@ class StepContext:
         repeated_queries: This turn's queries that were already searched in the episode (normalised).
         invalid_turns: Malformed turns so far, this one included.
         infra_error: The retriever failed this turn.
+        num_opens: Documents opened so far (``browse``), this turn's included.
+        opened_doc_id: The document this turn opened, if it was an open.
+        cited_doc_ids: The documents this answer cites (``arena``), numbers the episode never showed
+            dropped; None when the turn is not an answer with a citation block.
         history: Term contributions of earlier steps, oldest first.
         signal_history: Raw signals this reward reported at earlier steps, oldest first.
         extras: Anything else a custom environment wants to pass to its reward.
@@ -112,6 +119,9 @@ class StepContext:
     repeated_queries: int = 0
     invalid_turns: int = 0
     infra_error: bool = False
+    num_opens: int = 0
+    opened_doc_id: str | None = None
+    cited_doc_ids: tuple[str, ...] | None = None
     history: tuple[Mapping[str, float], ...] = ()
     signal_history: tuple[Mapping[str, float], ...] = ()
     extras: Mapping[str, Any] = field(default_factory=dict)
@@ -324,9 +334,48 @@ def outcome_score(
 # Per-step terms
 # ---------------------------------------------------------------------------------------------
 
-_ANY_TAG = r"</?(?:think|search|answer|information)>"
+_ANY_TAG = r"</?(?:think|search|answer|information|open|relevance|analysis)>"
 _NO_TAG = rf"(?:(?!{_ANY_TAG}).)*"
 _SEARCH_R1_TURN = re.compile(rf"\s*<think>{_NO_TAG}</think>\s*<(search|answer)>{_NO_TAG}</\1>\s*", re.DOTALL)
+_ARENA_ANSWER = re.compile(
+    rf"\s*(?:<think>{_NO_TAG}</think>\s*)?<relevance>{_NO_TAG}</relevance>\s*<analysis>(?P<analysis>{_NO_TAG})</analysis>"
+    rf"\s*<answer>{_NO_TAG}</answer>\s*",
+    re.DOTALL,
+)
+
+
+def arena_turn_valid(ctx: StepContext) -> bool:
+    """Whether an answer turn has ARENA's structure.
+
+    Optional ``<think>..</think>``, then ``<relevance>..</relevance>``, a non-empty
+    ``<analysis>..</analysis>`` and ``<answer>..</answer>``, in that order, exact lower-case
+    tags, nothing outside them, and at least one cited number.
+
+    Args:
+        ctx: The step.
+
+    Returns:
+        True for a well-formed ARENA answer turn; False for any other turn.
+    """
+    if not isinstance(ctx.action, Answer) or not ctx.action.cited:
+        return False
+    m = _ARENA_ANSWER.fullmatch(ctx.text)
+    return m is not None and bool(m.group("analysis").strip())
+
+
+def citation_f1(ctx: StepContext) -> float:
+    """F1 of the cited documents against the example's gold evidence (0 without either).
+
+    Only documents the environment showed in this episode can be cited
+    (:attr:`StepContext.cited_doc_ids`); a number never shown counts as nothing cited.
+    """
+    cited = set(ctx.cited_doc_ids or ())
+    gold = set(ctx.example.evidence_ids)
+    hit = len(cited & gold)
+    if not hit:
+        return 0.0
+    precision, recall = hit / len(cited), hit / len(gold)
+    return 2 * precision * recall / (precision + recall)
 
 
 def search_r1_turn_valid(ctx: StepContext) -> bool:
@@ -371,6 +420,7 @@ def cost_score(
     per_query: float = 0.0,
     budget: int | None = None,
     repeat: float = 0.0,
+    per_open: float = 0.0,
 ) -> float:
     """A non-positive search cost for this step.
 
@@ -380,9 +430,10 @@ def cost_score(
         per_query: Cost of each query in it.
         budget: If set, this many searches are free and only later ones cost.
         repeat: Extra cost per query already searched in the episode (normalised text).
+        per_open: Cost of opening a document (``browse``), priced apart from searches.
 
     Returns:
-        Minus the cost; 0 for non-search turns and for searches the retriever failed to answer
+        Minus the cost; 0 for other turns and for searches the retriever failed to answer
         (an outage is not the agent's doing).
 
     Raises:
@@ -390,6 +441,8 @@ def cost_score(
     """
     if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 0):
         raise ValueError(f"budget must be a non-negative integer or None, got {budget!r}")
+    if isinstance(ctx.action, Open):
+        return -per_open
     if not isinstance(ctx.action, Search) or ctx.infra_error:
         return 0.0
     if budget is not None and ctx.num_searches <= budget:
@@ -694,6 +747,67 @@ class ReSearchReward:
 
 
 @dataclass(frozen=True)
+class ArenaReward:
+    """ARENA (Ren et al., 2025): format, accuracy, relevance of the cited evidence, and a bonus.
+
+    Paid at the answering step (zero before; nothing when the episode ends unanswered)::
+
+        format     = format_weight    if the answer turn has ARENA's structure (arena_turn_valid)
+        outcome    = accuracy_weight  x metric(answer, gold)         (EM by default)
+        relevance  = relevance_weight x citation F1 vs gold evidence (cited documents the
+                                         environment never showed count as nothing)
+        bonus      = bonus_weight     if format holds, the answer is correct and the citations
+                                         are exactly the gold evidence (F1 = 1)
+
+    The four parts are our reading of the paper's adaptive reward (format, accuracy, relevance,
+    bonus when all hold), with weights as options; malformed earlier turns cost
+    ``format_penalty`` each when they happen.
+
+    Terms: ``format``, ``outcome``, ``relevance``, ``bonus``. Signal per step: ``citation_f1``.
+
+    Args:
+        format_weight: Credit for a well-formed structured answer.
+        accuracy_weight: Weight of the answer's correctness.
+        relevance_weight: Weight of the citation F1.
+        bonus_weight: Bonus when format, answer and citations all hold.
+        format_penalty: Reward of a malformed turn.
+        metric: Correctness measure of the answer.
+        max_answer_words: See :func:`answer_admissible`.
+    """
+
+    format_weight: float = 0.5
+    accuracy_weight: float = 1.0
+    relevance_weight: float = 0.5
+    bonus_weight: float = 0.5
+    format_penalty: float = -0.1
+    metric: str | OutcomeMetric = "em"
+    max_answer_words: int = 12
+
+    TERM_NAMES = ("format", "outcome", "relevance", "bonus")
+
+    def score(self, ctx: StepContext) -> RewardResult:
+        """Score one step (a format penalty at malformed turns; the rest at the answer)."""
+        terms = _zeros(self.TERM_NAMES)
+        f1 = citation_f1(ctx) if ctx.answer is not None else 0.0
+        signals = {"citation_f1": f1}
+        if isinstance(ctx.action, Invalid):
+            terms["format"] = self.format_penalty
+        if ctx.answer is not None:
+            valid = arena_turn_valid(ctx)
+            accuracy = outcome_score(ctx, self.metric, self.max_answer_words)
+            terms["format"] = self.format_weight * float(valid)
+            terms["outcome"] = self.accuracy_weight * accuracy
+            terms["relevance"] = self.relevance_weight * f1
+            terms["bonus"] = self.bonus_weight * float(valid and accuracy >= 1.0 and f1 >= 1.0)
+        return RewardResult(sum(terms.values()), terms, signals)
+
+    def __call__(self, ctx: StepContext) -> tuple[float, dict[str, float]]:
+        """Score one step."""
+        r = self.score(ctx)
+        return r.reward, r.terms
+
+
+@dataclass(frozen=True)
 class R3RAGReward:
     """R3-RAG (Li et al., 2025): relevance process reward scaled by the outcome, plus an outcome bonus.
 
@@ -821,6 +935,8 @@ PRESETS: dict[str, Callable[..., Reward]] = {
     "process": _process,
     # EM plus potential-based shaping on evidence recall (sums to 0 over an episode).
     "shaped": _shaped,
+    # ARENA (Ren et al., 2025): format + EM + citation F1 + a bonus when all hold (protocol="arena").
+    "arena": ArenaReward,
 }
 
 

@@ -23,6 +23,14 @@ Oracle rule (the upper bound, and the source of cold-start SFT demonstrations):
 
 Every oracle turn is a valid protocol turn ``<think> .. </think>`` followed by one
 ``<search> .. </search>`` or ``<answer> .. </answer>``.
+
+Under protocols with more actions the scripted agents write that protocol's turns
+(:func:`answer_turn`): with ``browse`` a hop counts as reached only once a gold evidence
+document of it was *opened* (the oracle opens the hop's shown evidence after each search, so
+its demonstrations teach opening), and the heuristic opens the top new hit of each search
+before it reads; with ``arena`` the final turn cites documents by their episode numbers
+(the oracle cites the gold evidence it was shown; the heuristic the documents that mention
+its answer) and moves its reasoning into ``<analysis>``.
 """
 
 from __future__ import annotations
@@ -63,6 +71,33 @@ def _clean(text: str) -> str:
     return " ".join(sanitize(text).split())
 
 
+def answer_turn(ep: EpisodeState, reasoning: str, answer: str, cite: Sequence[str] = ()) -> str:
+    """A final turn in the episode's protocol.
+
+    Args:
+        ep: The episode.
+        reasoning: One or two sentences of reasoning (``<think>``, or ``<analysis>`` under ``arena``).
+        answer: The answer.
+        cite: Document ids the answer relies on (cited by number where the protocol cites).
+
+    Returns:
+        The turn text.
+    """
+    if "relevance" in ep.protocol.tags:
+        numbers = sorted({n for n in (ep.doc_number(d) for d in cite) if n is not None})
+        listed = ", ".join(map(str, numbers)) or "none"
+        return (
+            f"<relevance> {listed} </relevance>\n<analysis> {reasoning} </analysis>\n"
+            f"<answer> {_clean(answer)} </answer>"
+        )
+    return f"<think> {reasoning} </think>\n<answer> {_clean(answer)} </answer>"
+
+
+def open_turn(number: int, reason: str) -> str:
+    """An ``<open>`` turn (``browse``) for document ``number``."""
+    return f"<think> {reason} </think>\n<open> {number} </open>"
+
+
 class _ScriptedAgent:
     """Turns written by rules, one episode at a time (:meth:`turn`), in the protocol's own format.
 
@@ -94,37 +129,72 @@ class OracleAgent(_ScriptedAgent):
 
     @staticmethod
     def _reached(hop: SubQuestion, ep: EpisodeState) -> bool:
-        hits = ep.retrieved_hits()
+        opening = ep.protocol.can_open
+        hits = ep.read_hits()
         if hop.evidence_ids:
-            ids = {h.doc_id for h in hits}
+            ids = set(ep.opened_ids()) if opening else {h.doc_id for h in hits}
             if not ep.example.decomposition:  # the whole question: its evidence chain, all of it
                 return all(e in ids for e in hop.evidence_ids)
             return any(e in ids for e in hop.evidence_ids)
+        if opening:
+            hits = [h for h in hits if h.doc_id in set(ep.opened_ids())]
         return any(answer_in_text(f"{h.title} {h.text}", [hop.answer]) for h in hits)
+
+    @staticmethod
+    def _to_open(hop: SubQuestion, ep: EpisodeState) -> int | None:
+        """The number of a shown, unopened gold evidence document of ``hop`` (``browse``)."""
+        opened = set(ep.opened_ids())
+        if ep.example.decomposition and any(e in opened for e in hop.evidence_ids):
+            return None
+        for e in hop.evidence_ids:
+            n = ep.doc_number(e)
+            if e not in opened and n is not None:
+                return n
+        if not hop.evidence_ids:  # no gold ids: the first shown document naming the answer
+            for h in ep.retrieved_hits():
+                n = ep.doc_number(h.doc_id)
+                if h.doc_id not in opened and n is not None and answer_in_text(f"{h.title} {h.text}", [hop.answer]):
+                    return n
+        return None
+
+    @staticmethod
+    def _evidence(ep: EpisodeState) -> list[str]:
+        """Gold evidence documents the episode has shown (what the oracle cites)."""
+        ids = {h.doc_id for h in ep.retrieved_hits()}
+        return [e for e in ep.example.evidence_ids if e in ids]
 
     def turn(self, ep: EpisodeState) -> str:
         """The oracle's next turn for one episode."""
         hops = oracle_hops(ep.example)
         searched = sum(1 for s in ep.steps if s.info.get("action_type") == "search")
+        if ep.protocol.can_open and searched > 0 and ep.turns_left > 1:
+            number = self._to_open(hops[searched - 1], ep)
+            if number is not None:
+                return open_turn(number, f'Doc {number} may answer "{_clean(hops[searched - 1].question)}"; '
+                                 "I read it in full.")
         if searched > 0 and not self._reached(hops[searched - 1], ep):
             failed = hops[searched - 1]
             best = hops[searched - 2].answer if searched >= 2 else ABSTAIN
-            return (
-                f'<think> The information does not answer "{_clean(failed.question)}". '
-                f"The furthest I got is: {_clean(best)}. </think>\n<answer> {_clean(best)} </answer>"
+            return answer_turn(
+                ep,
+                f'The information does not answer "{_clean(failed.question)}". '
+                f"The furthest I got is: {_clean(best)}.",
+                best,
+                self._evidence(ep),
             )
         if searched == len(hops):
             last, gold = hops[-1], ep.example.answers[0]
-            return (
-                f'<think> The information says the answer to "{_clean(last.question)}" is '
-                f"{_clean(last.answer)}. So the answer to the question is {_clean(gold)}. </think>\n"
-                f"<answer> {_clean(gold)} </answer>"
+            return answer_turn(
+                ep,
+                f'The information says the answer to "{_clean(last.question)}" is '
+                f"{_clean(last.answer)}. So the answer to the question is {_clean(gold)}.",
+                gold,
+                self._evidence(ep),
             )
         if ep.turns_left <= 1:
-            best = hops[searched - 1].answer if searched >= 1 else ABSTAIN
-            return (
-                f"<think> I have no turns left to search; the furthest I got is: {_clean(best)}. "
-                f"</think>\n<answer> {_clean(best)} </answer>"
+            best = hops[searched - 1].answer if searched >= 1 else ABSTAIN  # reached, or answered above
+            return answer_turn(
+                ep, f"I have no turns left to search; the furthest I got is: {_clean(best)}.", best, self._evidence(ep)
             )
         nxt = hops[searched]
         if searched == 0:
@@ -224,9 +294,15 @@ class HeuristicAgent(_ScriptedAgent):
         if ep.turn == 0 and ep.turns_left > 1:
             return f"<search> {self._query(ep, question)} </search>"
         qa = analyse_question(question)
-        hits = ep.retrieved_hits()
-        latest = [h for per_query in ep.steps[-1].hits for h in per_query] if ep.steps else []
-        recent = [h.doc_id for h in latest]
+        hits = ep.read_hits()
+        searches = [s for s in ep.steps if s.info.get("action_type") == "search"]
+        recent = [h.doc_id for per_query in searches[-1].hits for h in per_query] if searches else []
+        if ep.protocol.can_open and ep.steps and ep.steps[-1].info.get("action_type") == "search" and ep.turns_left > 1:
+            opened = set(ep.opened_ids())
+            top = next((d for d in recent if d not in opened), None)
+            number = ep.doc_number(top) if top is not None else None
+            if number is not None:
+                return open_turn(number, f"Doc {number} is the top result; I read it in full.")
         relations = " ".join(qa.relation_words)
         if ep.turns_left > 1:
             target: str | None = None
@@ -243,4 +319,9 @@ class HeuristicAgent(_ScriptedAgent):
                 return f"<search> {self._query(ep, f'{target} {relations}')} </search>"
         best = extract_candidates(question, hits, recent_ids=recent, exclude=searched, limit=1) if hits else []
         answer = best[0].text if best else closed_book_guess(question)
+        if "relevance" in ep.protocol.tags:
+            cite = [h.doc_id for h in hits if answer_in_text(f"{h.title} {h.text}", [answer])][:2]
+            for entity in searched:
+                cite += [h.doc_id for h in hits if answer_in_text(f"{h.title} {h.text}", [entity])][:1]
+            return answer_turn(ep, f"The documents point to {_clean(answer) or ABSTAIN}.", answer or ABSTAIN, cite)
         return f"<answer> {_clean(answer) or ABSTAIN} </answer>"

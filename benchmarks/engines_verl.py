@@ -76,9 +76,8 @@ def main() -> None:
                              processor=None, dataset_cls=None, data_config=DictConfigWrap(OmegaConf.create({})))
     env = SearchQAEnv(examples, retriever=args.index, max_turns=4)
 
-    async def episodes() -> None:
-        for row in rows:
-            await loop.run({"temperature": 1.0}, **row)
+    async def episodes() -> None:  # all samples at once, as verl's AgentLoopWorker runs them (asyncio.gather)
+        await asyncio.gather(*(loop.run({"temperature": 1.0}, **row) for row in rows))
 
     from agents.rollout import rollout
     from engines import ScriptedTokens

@@ -14,6 +14,14 @@ shares: its SFT checkpoint is the common start and its ``grpo_outcome`` phase is
 | ``ppo`` | Search-R1 | PPO (value head, 16 questions x 1 sample per step) vs GRPO (4 x 4): equal episodes |
 | ``rex`` | REX-RAG | GRPO + 2 probes per dead-end group vs GRPO |
 | ``dapo`` | DAPO | GRPO + dynamic sampling (up to 4 rounds) vs GRPO |
+| ``multi_query`` | RAG-R1 | SFT then GRPO under ``multi-query`` vs under ``search-r1``, on ``synthetic-mixed`` |
+
+``multi_query`` needs a task where queries can run in parallel (synthetic-2hop's bridges cannot:
+each hop names the previous hop's answer), so its two arms are ``benchmarks/learning.py`` runs of
+their own on synthetic-mixed (a quarter comparison questions, whose two lookups the multi-query
+oracle demonstrates in one turn), each with its own SFT on its protocol's oracle demonstrations and
+the same settings as the shared 2-hop run otherwise (``MULTI_QUERY_RUNS`` below holds the
+commands). The table adds turns per question, which is what the claim is about.
 
 Beside EM, each arm reports the share of zero-variance groups it trained on, the policy's
 entropy over its last five steps and the tokens it generated (probes and extra sampling rounds
@@ -65,6 +73,7 @@ class Arm:
     reuse: str | None = None  # a learning.py phase with exactly this config
     options: dict[str, Any] = field(default_factory=dict)  # more trainer config fields
     equal_tokens_as: str | None = None  # stop at the tokens this arm generated (max_generated_tokens)
+    out: str | None = None  # the run folder of a reused phase, when not --out (a learning.py run of its own)
 
 
 ARMS: dict[str, Arm] = {
@@ -77,6 +86,17 @@ ARMS: dict[str, Arm] = {
     "ppo_s0": Arm(trainer="ppo"),
     "rex_s0": Arm(options={"rex_probes": 2}, equal_tokens_as="outcome_s0"),
     "dapo_s0": Arm(options={"dynamic_sampling": True, "max_sampling_rounds": 4}, equal_tokens_as="outcome_s0"),
+    "multi_query_s0": Arm(reuse="grpo_outcome", out="runs/learning_mixed_mq"),
+    "search_r1_mixed_s0": Arm(reuse="grpo_outcome", out="runs/learning_mixed_sr1"),
+}
+
+_MIXED = ("python benchmarks/learning.py --task synthetic-mixed --top-k 3 --max-turns 3 --max-doc-chars 450 "
+          "--max-new-tokens 80 --lora --sft-steps 32 --grpo-steps 20 --grpo-batch 4 --grpo-group 4 "
+          "--phases sft,grpo_outcome")
+#: The learning.py runs whose ``grpo_outcome`` phases are the ``multi_query`` comparison's arms.
+MULTI_QUERY_RUNS = {
+    "multi_query_s0": f"{_MIXED} --protocol multi-query --name learning_mixed_mq --out runs/learning_mixed_mq",
+    "search_r1_mixed_s0": f"{_MIXED} --protocol search-r1 --name learning_mixed_sr1 --out runs/learning_mixed_sr1",
 }
 
 # name -> (paper, claim, first arms, second arms)
@@ -91,6 +111,8 @@ COMPARISONS: dict[str, tuple[str, str, list[str], list[str]]] = {
     "rex": ("REX-RAG", "probes that leave dead ends, with importance correction, help GRPO",
             ["rex_s0"], ["outcome_s0"]),
     "dapo": ("DAPO", "dynamic sampling (only groups with signal) helps GRPO", ["dapo_s0"], ["outcome_s0"]),
+    "multi_query": ("RAG-R1", "several queries per turn need fewer turns at equal or better accuracy",
+                    ["multi_query_s0"], ["search_r1_mixed_s0"]),
 }
 
 
@@ -160,14 +182,18 @@ def arm_phase(args: argparse.Namespace, name: str) -> dict[str, Any]:
             "seed": ARMS[name].seed}
 
 
+def _arm_out(args: argparse.Namespace, name: str) -> Path:
+    return Path(ARMS[name].out) if ARMS[name].out else args.out
+
+
 def load_arm(args: argparse.Namespace, name: str) -> dict[str, Any] | None:
     arm = ARMS[name]
-    path = args.out / f"{arm.reuse or 'ablation_' + name}.json"
+    path = _arm_out(args, name) / f"{arm.reuse or 'ablation_' + name}.json"
     return dict(json.loads(path.read_text())) if path.is_file() else None
 
 
 def arm_run_dir(args: argparse.Namespace, name: str) -> Path:
-    return args.out / (ARMS[name].reuse or f"ablation_{name}")
+    return _arm_out(args, name) / (ARMS[name].reuse or f"ablation_{name}")
 
 
 def curve_stats(args: argparse.Namespace, name: str) -> dict[str, float | None]:
@@ -197,24 +223,30 @@ def report(args: argparse.Namespace) -> None:
     for key, (paper, claim, first, second) in COMPARISONS.items():
         rows = {n: load_arm(args, n) for n in first + second}
         missing = [n for n, r in rows.items() if r is None]
-        lines = [f"**{paper}**: {claim}. Task {args.task}, {args.n_dev} held-out dev questions, greedy decoding; "
-                 f"every arm {args.steps} steps from the same start (SFT checkpoint of `{args.out}`, except "
-                 "`from_base`), LoRA rank 12.", ""]
+        if key == "multi_query":
+            lines = [f"**{paper}**: {claim}. Task synthetic-mixed, {args.n_dev} held-out dev questions, greedy "
+                     "decoding; each arm SFT on its own protocol's oracle demonstrations, then 20 GRPO steps "
+                     "(outcome reward), LoRA rank 12, otherwise the settings of the 2-hop run.", ""]
+        else:
+            lines = [f"**{paper}**: {claim}. Task {args.task}, {args.n_dev} held-out dev questions, greedy "
+                     f"decoding; every arm {args.steps} steps from the same start (SFT checkpoint of `{args.out}`, "
+                     "except `from_base`), LoRA rank 12.", ""]
         data: dict[str, Any] = {"comparison": key, "paper": paper, "claim": claim, "first": first,
                                 "second": second, "missing": missing, "machine": machine(), "arms": {}}
         if any(r is not None for r in rows.values()):
-            lines += ["| arm | trainer | reward | options | seed | EM | F1 | searches/q | seconds/q (eval) "
+            lines += ["| arm | trainer | reward | options | seed | EM | F1 | searches/q | turns/q | seconds/q (eval) "
                       "| zero-variance groups | entropy (last 5 steps) | generated tokens | train min |",
-                      "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                      "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
             for n, r in rows.items():
                 if r is None:
-                    lines.append(f"| {n} | not run yet | | | | | | | | | | | |")
+                    lines.append(f"| {n} | not run yet | | | | | | | | | | | | |")
                     continue
                 arm, c = ARMS[n], curve_stats(args, n)
                 zv, ent, gen = c["zero_variance_share"], c["entropy_last5"], c["generated_tokens"]
                 opts = json.dumps(arm.options) if arm.options else ""
+                turns = f"{r['turns']:.2f}" if "turns" in r else ""
                 lines.append(f"| {n} | {arm.trainer} | {json.dumps(arm.reward)} | {opts} | {arm.seed} "
-                             f"| {r['em']:.3f} | {r['f1']:.3f} | {r['searches']:.2f} | "
+                             f"| {r['em']:.3f} | {r['f1']:.3f} | {r['searches']:.2f} | {turns} | "
                              f"{r['eval_seconds'] / r['n']:.2f} | {'' if zv is None else f'{zv:.0%}'} | "
                              f"{'' if ent is None else f'{ent:.3f}'} | {'' if gen is None else f'{gen:,.0f}'} | "
                              f"{r['train_seconds'] / 60:.0f} |")
@@ -235,6 +267,8 @@ def report(args: argparse.Namespace) -> None:
                 verdict = "unresolved at this budget: the interval includes zero."
             lines += ["", f"Verdict on accuracy: {verdict}"]
             data["verdict"] = verdict
+        elif key == "multi_query":
+            lines += ["", "Pending: " + "; ".join(f"{n} (`{MULTI_QUERY_RUNS[n]}`)" for n in missing) + "."]
         else:
             lines += ["", f"Pending: {', '.join(missing)} (run `python benchmarks/ablations.py --arms "
                           f"{','.join(missing)}`)."]
@@ -243,7 +277,11 @@ def report(args: argparse.Namespace) -> None:
             png = plot_runs(runs, RESULTS / f"ablation_{key}_curves.png", labels=[p.name for p in runs], smooth=5)
             data["curves_png"] = str(png)
             lines += ["", f"Learning curves: `benchmarks/results/ablation_{key}_curves.png`."]
-        lines += ["", f"Command: `python benchmarks/ablations.py --arms {','.join(first + second)}`."]
+        if key == "multi_query":
+            lines += ["", "Commands: " + "; ".join(f"`{MULTI_QUERY_RUNS[n]}`" for n in first + second)
+                      + ", then `python benchmarks/ablations.py --report`."]
+        else:
+            lines += ["", f"Command: `python benchmarks/ablations.py --arms {','.join(first + second)}`."]
         # temporary file, then rename: a killed report leaves each file old or new, never half
         atomic_write_lines(RESULTS / f"ablation_{key}.json", json.dumps(data, indent=2, default=str).splitlines())
         atomic_write_lines(RESULTS / f"ablation_{key}.md", lines)

@@ -91,6 +91,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--task", default="synthetic-1hop", help="Named task (train split for training, dev for eval).")
     ap.add_argument("--n-dev", type=int, default=200, help="Held-out dev questions per evaluation.")
+    ap.add_argument("--protocol", default="search-r1", help="Action protocol (demonstrations, training, evaluation).")
     ap.add_argument("--top-k", type=int, default=2)
     ap.add_argument("--max-turns", type=int, default=2)
     ap.add_argument("--max-doc-chars", type=int, default=200)
@@ -172,12 +173,13 @@ def evaluate_agent(agent: Any, args: argparse.Namespace) -> dict[str, Any]:
         n=args.n_dev,
         top_k=args.top_k,
         max_turns=args.max_turns,
+        protocol=getattr(args, "protocol", "search-r1"),
         batch_size=min(args.n_dev, 100),
         env_kwargs={"max_doc_chars": args.max_doc_chars},
     )
     row = res.row
     return {
-        **{k: row[k] for k in ("em", "f1", "searches", "answered", "invalid_turns", "evidence_recall")},
+        **{k: row[k] for k in ("em", "f1", "searches", "turns", "answered", "invalid_turns", "evidence_recall")},
         "n": args.n_dev,
         "eval_seconds": res.seconds,
         "per_question": {
@@ -252,6 +254,7 @@ def trainer_kwargs(args: argparse.Namespace, name: str) -> dict[str, Any]:
     return {
         "output_dir": str(args.out / name),
         "task": args.task,
+        "protocol": getattr(args, "protocol", "search-r1"),
         "split": "train",
         "micro_batch_size": 4,
         "save_every": args.save_every,

@@ -322,3 +322,22 @@ def test_estimate_hops(question: str, hops: int) -> None:
     from agents.reader import estimate_hops
 
     assert estimate_hops(question) == hops
+
+
+def test_oracle_searches_independent_hops_together_under_multi_query(bm25) -> None:  # type: ignore[no-untyped-def]
+    """RAG-R1: a comparison's two lookups go in one turn; a bridge's next hop waits for its answer."""
+    from searchenv.tasks.base import QAExample, SubQuestion
+
+    comparison = QAExample(
+        "c0", "Who was born first, Velora Quenn or Tobin Quenn?", ("Velora Quenn",), ("d0", "d3"),
+        (SubQuestion("When was Velora Quenn born?", "1931", ("d0",)),
+         SubQuestion("When was Tobin Quenn born?", "1940", ("d3",))), "comparison", 2)
+    bridge = EXAMPLES[0]
+    mq = {r.example_id: r for r in run_agent(OracleAgent(), [comparison, bridge], bm25, protocol="multi-query")}
+    assert [s["queries"] for s in mq["c0"].steps[:1]] == [["When was Velora Quenn born?", "When was Tobin Quenn born?"]]
+    assert mq["c0"].metrics["em"] == 1.0 and mq["c0"].metrics["turns"] == 2
+    assert all(len(s["queries"]) <= 1 for s in mq["q0"].steps) and mq["q0"].metrics["em"] == 1.0
+    one = {r.example_id: r for r in run_agent(OracleAgent(), [comparison, bridge], bm25, protocol="search-r1")}
+    assert one["c0"].metrics["turns"] == 3 and one["c0"].metrics["em"] == 1.0
+    narrow = run_agent(OracleAgent(), [comparison], bm25, protocol=get_protocol("multi-query", max_queries=1))[0]
+    assert narrow.metrics["turns"] == 3  # the protocol's max_queries bounds a turn

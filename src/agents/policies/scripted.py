@@ -9,7 +9,9 @@ Oracle rule (the upper bound, and the source of cold-start SFT demonstrations):
    answers already filled in); an example without one is a single hop: the question itself,
    its first gold answer and its gold evidence.
 2. Turn ``t`` searches hop ``t``'s sub-question verbatim, after a ``<think>`` that states the
-   previous hop's answer and what is needed next.
+   previous hop's answer and what is needed next. Under a protocol with several queries per
+   turn (``multi-query``) one turn searches consecutive hops together while none needs the
+   answer of another in the same turn (a comparison's two lookups; never a bridge's next hop).
 3. After each search, the hop counts as *reached* if at least one of its gold evidence
    documents has been retrieved so far in the episode (each of a hop's evidence documents
    states its fact on its own: :attr:`SubQuestion.evidence_ids`); a hop without evidence ids is
@@ -166,28 +168,31 @@ class OracleAgent(_ScriptedAgent):
     def turn(self, ep: EpisodeState) -> str:
         """The oracle's next turn for one episode."""
         hops = oracle_hops(ep.example)
-        searched = sum(1 for s in ep.steps if s.info.get("action_type") == "search")
-        if ep.protocol.can_open and searched > 0 and ep.turns_left > 1:
-            number = self._to_open(hops[searched - 1], ep)
-            if number is not None:
-                return open_turn(number, f'Doc {number} may answer "{_clean(hops[searched - 1].question)}"; '
-                                 "I read it in full.")
-        if searched > 0 and not self._reached(hops[searched - 1], ep):
-            failed = hops[searched - 1]
-            best = hops[searched - 2].answer if searched >= 2 else ABSTAIN
+        waves = [len(s.info.get("queries") or ()) for s in ep.steps if s.info.get("action_type") == "search"]
+        searched = sum(waves)  # hops searched so far, in order
+        last = range(searched - waves[-1], searched) if waves else range(0)
+        if ep.protocol.can_open and ep.turns_left > 1:
+            for h in last:
+                number = self._to_open(hops[h], ep)
+                if number is not None:
+                    return open_turn(number, f'Doc {number} may answer "{_clean(hops[h].question)}"; '
+                                     "I read it in full.")
+        for h in last:
+            if not self._reached(hops[h], ep):
+                best = hops[h - 1].answer if h >= 1 else ABSTAIN
+                return answer_turn(
+                    ep,
+                    f'The information does not answer "{_clean(hops[h].question)}". '
+                    f"The furthest I got is: {_clean(best)}.",
+                    best,
+                    self._evidence(ep),
+                )
+        if searched >= len(hops):
+            final, gold = hops[-1], ep.example.answers[0]
             return answer_turn(
                 ep,
-                f'The information does not answer "{_clean(failed.question)}". '
-                f"The furthest I got is: {_clean(best)}.",
-                best,
-                self._evidence(ep),
-            )
-        if searched == len(hops):
-            last, gold = hops[-1], ep.example.answers[0]
-            return answer_turn(
-                ep,
-                f'The information says the answer to "{_clean(last.question)}" is '
-                f"{_clean(last.answer)}. So the answer to the question is {_clean(gold)}.",
+                f'The information says the answer to "{_clean(final.question)}" is '
+                f"{_clean(final.answer)}. So the answer to the question is {_clean(gold)}.",
                 gold,
                 self._evidence(ep),
             )
@@ -196,20 +201,36 @@ class OracleAgent(_ScriptedAgent):
             return answer_turn(
                 ep, f"I have no turns left to search; the furthest I got is: {_clean(best)}.", best, self._evidence(ep)
             )
+        wave = self._next_wave(hops, searched, ep.protocol.max_queries)
         nxt = hops[searched]
+        need = "; and ".join(_clean(h.question) for h in wave)
         if searched == 0:
-            lead = (
-                f"To answer this I first need: {_clean(nxt.question)}"
-                if len(hops) > 1
-                else f"I need to look this up: {_clean(nxt.question)}"
-            )
+            lead = f"To answer this I first need: {need}" if len(hops) > 1 else f"I need to look this up: {need}"
         else:
             prev = hops[searched - 1]
             lead = (
                 f'The information says the answer to "{_clean(prev.question)}" is {_clean(prev.answer)}. '
-                f"Next I need: {_clean(nxt.question)}"
+                f"Next I need: {need}"
             )
-        return f"<think> {lead} </think>\n<search> {_clean(nxt.question)} </search>"
+        if len(wave) == 1:
+            return f"<think> {lead} </think>\n<search> {_clean(nxt.question)} </search>"
+        lines = "\n".join(_clean(h.question) for h in wave)
+        return f"<think> {lead} </think>\n<search>\n{lines}\n</search>"
+
+    @staticmethod
+    def _next_wave(hops: Sequence[SubQuestion], start: int, max_queries: int) -> list[SubQuestion]:
+        """The hops to search in one turn: from ``start``, while none needs another's answer (RAG-R1).
+
+        A hop needs an earlier one of the same turn when that hop's answer occurs in its question
+        (the next hop of a bridge names the bridge entity); the hops of a comparison do not, so a
+        protocol with several queries per turn searches them together.
+        """
+        wave = [hops[start]]
+        for h in hops[start + 1 :]:
+            if len(wave) >= max_queries or any(answer_in_text(h.question, [w.answer]) for w in wave):
+                break
+            wave.append(h)
+        return wave
 
 
 @dataclass

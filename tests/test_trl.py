@@ -181,15 +181,50 @@ def test_tool_env_runs_an_episode_through_its_tools(bm25: BM25Retriever) -> None
     plain = SearchQAEnv([tobin], retriever=bm25, max_turns=3)
     plain.reset(options={"index": 0})
     want = sum(float(plain.step(t)[1]) for t in ("<search> Tobin Quenn born </search>", "<answer> Karsk </answer>"))
-    assert env.get_reward() == pytest.approx(want) and env.metrics()["em"] == 1.0
+    assert env.get_reward() == pytest.approx(want) and env.final_metrics["em"] == 1.0
     # a rollout that never answers is ended when TRL asks for the reward; the budget ends searching
     other = make_env()
     other.reset(prompt=[{"role": "user", "content": tobin.question}])
     for _ in range(3):
         last = other.search("Tobin")
-    assert last.endswith("the episode is over.") and other.metrics()["answered"] == 0.0
+    assert last.endswith("the episode is over.") and other.final_metrics["answered"] == 0.0
     with pytest.raises(ValueError, match="no question of the task"):
         other.reset(prompt="What is 2+2?")
+
+
+def test_tool_envs_follow_the_protocol(bm25: BM25Retriever) -> None:
+    """browse adds an open tool, arena's answer cites documents; TRL can build a schema for each tool."""
+    import inspect
+
+    from transformers.utils import get_json_schema
+
+    from agents.integrations.trl import SearchQAArenaToolEnv, SearchQABrowseToolEnv, SearchQAToolEnv
+
+    def tools(cls: type) -> list[str]:  # what TRL offers the model: the class's public methods
+        names = [n for n, _ in inspect.getmembers(cls, predicate=inspect.isfunction)]
+        return [n for n in names if n not in ("reset", "get_reward") and not n.startswith("_")]
+
+    tobin = next(ex for ex in EXAMPLES if ex.question == "Where was Tobin Quenn born?")
+    browse = SearchQAToolEnv.factory([tobin], retriever=bm25, protocol="browse", max_turns=6)()
+    assert isinstance(browse, SearchQABrowseToolEnv) and tools(SearchQABrowseToolEnv) == ["answer", "open", "search"]
+    assert tools(SearchQAToolEnv) == ["answer", "search"]
+    for cls in (SearchQAToolEnv, SearchQABrowseToolEnv, SearchQAArenaToolEnv):
+        for name in tools(cls):
+            assert get_json_schema(getattr(cls, name))["function"]["name"] == name
+    browse.reset(example_id=tobin.id)
+    assert "Doc 1(Title: Tobin Quenn)" in browse.search("Tobin Quenn born")
+    page = browse.open(1)
+    assert "page 1 of 1" in page and "Invalid" not in page
+    assert "unknown_document" in browse.open(9) and "bad_open" in browse.open("the first")  # type: ignore[arg-type]
+    browse.answer("Karsk")
+    assert browse.final_metrics["opens"] == 1.0 and browse.final_metrics["em"] == 1.0
+    arena = SearchQAToolEnv.factory([tobin], retriever=bm25, protocol="arena", reward="arena")()
+    assert isinstance(arena, SearchQAArenaToolEnv)
+    arena.reset(example_id=tobin.id)
+    shown = arena.search("Tobin Quenn born")
+    number = int(shown.split("(Title: Tobin Quenn)")[0].rsplit("Doc ", 1)[1])
+    assert arena.answer("Karsk", [number], "It says he was born in Karsk.") == "Answer recorded."
+    assert arena.get_reward() == pytest.approx(2.5) and arena.final_metrics["reward/bonus"] == 0.5
 
 
 def test_grpo_trainer_with_the_tool_env_as_environment_factory(tmp_path: Path, bm25: BM25Retriever) -> None:

@@ -282,15 +282,21 @@ class SearchQAToolEnv:
                 split: str = "train", **env_kwargs: Any) -> _ToolEnvFactory:
         """A zero-argument factory for ``environment_factory`` (instances share the task and the index).
 
+        With ``protocol="browse"`` the instances are :class:`SearchQABrowseToolEnv` (an ``open``
+        tool besides ``search`` and ``answer``), with ``protocol="arena"``
+        :class:`SearchQAArenaToolEnv` (``answer`` also takes the cited documents and an analysis).
+
         Args:
             task: Task name, QA JSONL file or examples.
             split: Split of a named task.
             **env_kwargs: :class:`~searchenv.env.SearchQAEnv` arguments (``retriever``, ``corpus``,
-                ``reward``, ``top_k``, ``max_turns``, ...).
+                ``reward``, ``protocol``, ``top_k``, ``max_turns``, ...).
         """
         template = SearchQAEnv(task, split=split, **env_kwargs)
         shared = {k: v for k, v in env_kwargs.items() if k != "corpus"}
         shared["retriever"] = template.retriever  # opened once; every instance searches it
+        if cls is SearchQAToolEnv:  # the tools follow the protocol (TRL offers a class's public methods)
+            cls = {"browse": SearchQABrowseToolEnv, "arena": SearchQAArenaToolEnv}.get(template.protocol.name, cls)
         return _ToolEnvFactory(cls, template.examples, shared)
 
     def reset(self, **row: Any) -> str | None:
@@ -353,9 +359,54 @@ class SearchQAToolEnv:
             self._done = True
         return self._return
 
-    def metrics(self) -> dict[str, float]:
-        """:func:`searchenv.env.episode_metrics` of the finished episode (empty before it ends)."""
+    @property
+    def final_metrics(self) -> dict[str, float]:
+        """:func:`searchenv.env.episode_metrics` of the finished episode (empty before it ends).
+
+        A property, not a method: TRL offers every public method of the class as a tool.
+        """
         return episode_metrics(self._final) if self._final is not None else {}
+
+
+class SearchQABrowseToolEnv(SearchQAToolEnv):
+    """:class:`SearchQAToolEnv` for ``protocol="browse"``: ``search`` shows snippets, ``open`` reads a document."""
+
+    def open(self, number: int, page: int = 1) -> str:
+        """Read in full a document that an earlier search showed.
+
+        Args:
+            number: The document's number as the search showed it (Doc 3 is 3).
+            page: The page of a long document, 1 for the first.
+
+        Returns:
+            The page's text, or what was wrong with the request.
+        """
+        if self._done:
+            return "The episode is over; nothing more can be opened."
+        info = self._turn(f"<open> {number} page {page} </open>")
+        text = str(info["new_text"]).strip()
+        return text if not self._done else text + "\nThe turn budget is spent; the episode is over."
+
+
+class SearchQAArenaToolEnv(SearchQAToolEnv):
+    """:class:`SearchQAToolEnv` for ``protocol="arena"``: the answer cites the documents it relies on."""
+
+    def answer(self, answer: str, documents: list[int], analysis: str) -> str:  # type: ignore[override]
+        """Give the final answer with the documents it rests on (ends the episode).
+
+        Args:
+            answer: The answer, as short as possible (a name, a place, a year).
+            documents: The numbers of the documents the answer relies on, as the searches showed them.
+            analysis: How those documents lead to the answer, in a sentence or two.
+
+        Returns:
+            A confirmation.
+        """
+        if self._done:
+            return "The episode is over; the answer was not recorded."
+        cited = ", ".join(str(d) for d in documents) if isinstance(documents, list | tuple) else str(documents)
+        self._turn(f"<relevance> {cited} </relevance>\n<analysis> {analysis} </analysis>\n<answer> {answer} </answer>")
+        return "Answer recorded."
 
 
 class _ToolEnvFactory:

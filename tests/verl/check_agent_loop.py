@@ -56,11 +56,11 @@ def _run(loop: SearchQAAgentLoop, params: dict[str, Any], row: dict[str, Any]) -
     return loop.loop.run_until_complete(loop.run(params, **row))  # verl runs a loop on the loop it was built on
 
 
-def _loop(index: str, tokenizer: Any, server: ScriptedServer, response_length: int = 512) -> SearchQAAgentLoop:
+def _loop(index: str, tokenizer: Any, server: Any, response_length: int = 512, **settings: Any) -> SearchQAAgentLoop:
     asyncio.set_event_loop(asyncio.new_event_loop())
     config = OmegaConf.create({
         "actor_rollout_ref": {"rollout": {"prompt_length": 1024, "response_length": response_length}},
-        "searchenv": {"retriever": index, "max_turns": 3, "top_k": 2, "max_new_tokens": 64},
+        "searchenv": {"retriever": index, "max_turns": 3, "top_k": 2, "max_new_tokens": 64, **settings},
     })
     return SearchQAAgentLoop(trainer_config=DictConfigWrap(config), server_manager=server, tokenizer=tokenizer,
                              processor=None, dataset_cls=None, data_config=DictConfigWrap(OmegaConf.create({})))
@@ -100,6 +100,31 @@ def test_episode_is_token_exact_masked_and_scored_by_searchenv(index: str) -> No
     assert first["sampling_params"]["stop"] == ["</search>", "</answer>"]
     assert first["sampling_params"]["include_stop_str_in_output"] is True
     assert first["sampling_params"]["max_tokens"] == 64
+
+
+class BrowseServer(ScriptedServer):
+    """Search, open the first document, answer: the ``browse`` protocol through verl's loop."""
+
+    async def generate(self, *, request_id: str, prompt_ids: list[int], sampling_params: dict[str, Any],
+                       **kwargs: Any) -> TokenOutput:
+        self.requests.append({"prompt_ids": list(prompt_ids), "sampling_params": dict(sampling_params)})
+        seen = self.tokenizer.decode(prompt_ids).split("Question:")[-1].count("<information>")
+        text = [f"<search> {TOBIN.question} </search>", "<open> 1 </open>", "<answer> Karsk </answer>"][min(seen, 2)]
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        return TokenOutput(token_ids=ids, log_probs=[-0.25] * len(ids))
+
+
+def test_browse_opens_run_through_the_loop_masked_out(index: str) -> None:
+    tokenizer = build_tiny_tokenizer()
+    server = BrowseServer(tokenizer)
+    loop = _loop(index, tokenizer, server, protocol="browse")
+    [row] = task_rows([TOBIN], data_source="searchenv/test", split="train")
+    out = _run(loop, {"temperature": 1.0}, row)
+    assert "</open>" in server.requests[0]["sampling_params"]["stop"]
+    metrics = out.extra_fields["searchenv_metrics"]
+    assert metrics["opens"] == 1.0 and metrics["em"] == 1.0 and out.num_turns == 6
+    env_text = tokenizer.decode([t for t, m in zip(out.response_ids, out.response_mask, strict=True) if m == 0])
+    assert "page 1 of 1" in env_text  # the opened page is environment text
 
 
 def test_the_response_budget_ends_the_episode_unanswered(index: str) -> None:

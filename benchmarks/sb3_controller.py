@@ -8,13 +8,25 @@ BM25, then evaluate it greedily on every held-out (dev) question against fixed p
 the same macro-actions: answer at once (closed-book), search once / twice / three times then
 answer. Reward: exact match minus the cost per search (``frugal`` preset at cost 0.1).
 
+Two tuned baselines are fitted on the training questions: the best fixed policy per question
+kind (``best-per-kind``) and a fetch-or-skip rule on the retriever's best score for the question
+(``similarity-threshold``, the similarity baseline of "RL for RAG chatbots").
+
 Reported per cost and policy: mean reward with a 95% confidence interval, accuracy (EM), mean
 searches, and the paired difference (PPO minus policy, same questions) with its 95% interval.
 PPO "beats" a policy when the paired interval excludes zero and the two policies' own 95%
 intervals do not overlap. Also: accuracy and searches per question kind, and CPU time.
 
+With ``--reader DIR`` the answers come from a language model reading what was fetched (the
+trained searcher), precomputed for every reachable state by ``--precompute-reader DIR`` (one
+batched pass; resumable, see :mod:`agents.sb3.reader`); without it, from the rule-based extractor.
+
 Usage: python benchmarks/sb3_controller.py [--task synthetic-mixed] [--costs 0.1,0.3]
        [--timesteps 60000] [--seed 0] [--plot-only]
+       python benchmarks/sb3_controller.py --precompute-reader runs/sb3_reader --max-turns 3
+           --max-doc-chars 450 --train-limit 400
+       python benchmarks/sb3_controller.py --reader runs/sb3_reader --max-turns 3 --max-doc-chars 450
+           --train-limit 400 --name sb3_controller_searcher
 """
 
 from __future__ import annotations
@@ -34,12 +46,11 @@ from typing import Any
 _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 from agents.sb3.controller import (  # noqa: E402
-    FIXED_POLICIES,
     ControllerConfig,
-    FixedPolicy,
     PolicyEval,
-    evaluate_policy,
-    paired_difference,
+    compare_with_fixed,
+    config_env,
+    question_kind,
     shared_retriever,
     train_controller,
 )
@@ -75,43 +86,46 @@ def by_kind(ev: PolicyEval, kinds: dict[str, str]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def run_cost(task: str, cost: float, timesteps: int, seed: int, cache: Path) -> dict[str, Any]:
-    """Train at one search cost and evaluate against the fixed policies on the dev split."""
-    config = ControllerConfig(task=task, retriever="bm25", search_cost=cost, total_timesteps=timesteps, seed=seed)
+def run_cost(config: ControllerConfig, cache: Path) -> dict[str, Any]:
+    """Train at one search cost and evaluate against the fixed and tuned policies on the dev split."""
     t0, c0 = time.perf_counter(), time.process_time()
     controller = train_controller(config, embedding_cache=cache)
     train_wall, train_cpu = time.perf_counter() - t0, time.process_time() - c0
 
     t0, c0 = time.perf_counter(), time.process_time()
-    env = controller.make_env("dev", retriever=shared_retriever(config))
-    kinds = {
-        ex.id: ("single-hop" if ex.type == "single-hop" else f"{ex.type}-{ex.hops}hop") for ex in env.base.examples
-    }
-    learned = evaluate_policy(env, controller, name="ppo")
-    fixed = {n: evaluate_policy(env, FixedPolicy(seq), name=n) for n, seq in FIXED_POLICIES.items()}
+    report = compare_with_fixed(controller, keep_evals=True)
     eval_wall, eval_cpu = time.perf_counter() - t0, time.process_time() - c0
-
-    policies, vs = [], {}
-    ls = learned.summary()
-    for ev in (learned, *fixed.values()):
-        s = ev.summary()
-        s["by_kind"] = by_kind(ev, kinds)
-        policies.append(s)
-        if ev is learned:
-            continue
-        d = paired_difference(learned, ev)
-        separated = ls["mean_reward"] - ls["reward_ci95"] > s["mean_reward"] + s["reward_ci95"]
-        d["beats"] = bool(d["mean"] - d["ci95"] > 0 and separated)
-        vs[ev.name] = d
+    evals = report.pop("evals")
+    env = controller.make_env("dev", retriever=shared_retriever(config))
+    kinds = {ex.id: question_kind(ex) for ex in env.base.examples}
+    for summary in report["policies"]:
+        summary["by_kind"] = by_kind(evals[summary["policy"]], kinds)
     return {
-        "search_cost": cost,
+        **report,
         "config": config.to_json(),
         "n_dev": len(env.base.examples),
-        "policies": policies,
-        "vs_fixed": vs,
-        "beats_all_fixed": all(d["beats"] for d in vs.values()),
         "seconds": {"train_wall": train_wall, "train_cpu": train_cpu, "eval_wall": eval_wall, "eval_cpu": eval_cpu},
     }
+
+
+def precompute(args: argparse.Namespace) -> None:
+    """The trained searcher's answers for every state the controller can reach (train and dev)."""
+    from agents.sb3 import HashingEncoder, QuestionEmbedder
+    from agents.sb3.reader import precompute_reader_answers, reader_states
+    from agents.searcher import load_searcher
+
+    config = ControllerConfig(task=args.task, max_turns=args.max_turns, max_doc_chars=args.max_doc_chars,
+                              train_limit=args.train_limit)
+    retriever = shared_retriever(config)
+    embedder = QuestionEmbedder(HashingEncoder(64), dim=2)  # the states need no question embedding
+    envs = [config_env(config, embedder, split, retriever=retriever) for split in (config.train_split, "dev")]
+    states = [s for env in envs for s in reader_states(env, max_searches=args.max_turns - 1)]
+    examples = [ex for env in envs for ex in env.base.examples]
+    print(f"{len(states)} states over {len(examples)} questions", flush=True)
+    t0 = time.perf_counter()
+    answers = precompute_reader_answers(states, examples, load_searcher(), args.precompute_reader,
+                                        retriever=retriever, top_k=config.top_k, max_doc_chars=args.max_doc_chars)
+    print(f"{len(answers)} answers in {time.perf_counter() - t0:.0f} s", flush=True)
 
 
 def plot(runs: list[dict[str, Any]], path: Path) -> None:
@@ -171,10 +185,15 @@ def table(runs: list[dict[str, Any]], cpu: float, wall: float) -> str:
                 f"| {p['policy']} | {p['mean_reward']:.3f} ± {p['reward_ci95']:.3f} | {p['accuracy']:.3f} | "
                 f"{p['mean_searches']:.2f} | {diff} |"
             )
-        lines.append(f"\nPPO beats every fixed policy: **{'yes' if run['beats_all_fixed'] else 'no'}**\n")
+        lines.append(f"\nPPO beats every fixed and tuned policy: **{'yes' if run['beats_all_fixed'] else 'no'}**\n")
+        fit = run.get("fitted")
+        if fit:
+            picks = ", ".join(f"{k}: {v}" for k, v in fit["best_per_kind"].items())
+            lines.append(f"Tuned on {fit['n']} training questions: best-per-kind ({picks}); similarity-threshold "
+                         f"fetches when BM25's best score for the question is at least {fit['threshold']:.2f}.\n")
         kinds = run["policies"][0]["by_kind"]
         fixed_best = {
-            k: max((p["by_kind"][k]["mean_reward"], p["policy"]) for p in run["policies"][1:]) for k in kinds
+            k: max((p["by_kind"][k]["mean_reward"], p["policy"]) for p in run["policies"][1:5]) for k in kinds
         }
         lines.append(
             "| question kind | n | PPO accuracy | PPO searches | PPO reward | best fixed policy (reward) "
@@ -188,8 +207,10 @@ def table(runs: list[dict[str, Any]], cpu: float, wall: float) -> str:
                 f"| {k} | {v['n']} | {v['accuracy']:.3f} | {v['mean_searches']:.2f} | {v['mean_reward']:.3f} | "
                 f"{best_name} ({best_r:.3f}) | {seqs} |"
             )
-        lines.append("\nSequences: Q = search the question, R = reformulated search, A = answer with the "
-                     "extracted span, C = closed-book answer.")
+        reader = "the reader's answer after the searches made" if run["config"].get("reader") else \
+            "the extracted span"
+        lines.append(f"\nSequences: Q = search the question, R = reformulated search, A = answer with {reader}, "
+                     "C = closed-book answer.")
         s = run["seconds"]
         lines.append(f"\nTraining {s['train_cpu']:.0f} s CPU ({s['train_wall']:.0f} s wall), "
                      f"evaluation {s['eval_cpu']:.0f} s CPU.\n")
@@ -204,17 +225,30 @@ def main() -> None:
     parser.add_argument("--timesteps", type=int, default=60_000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--plot-only", action="store_true", help="Redraw the plot from the saved results JSON.")
+    parser.add_argument("--max-turns", type=int, default=6)
+    parser.add_argument("--max-doc-chars", type=int, default=1500)
+    parser.add_argument("--train-limit", type=int, default=None, help="Train on the first N training questions.")
+    parser.add_argument("--reader", default=None, help="Folder of precomputed reader answers.")
+    parser.add_argument("--precompute-reader", default=None, metavar="DIR",
+                        help="Precompute the packaged searcher's answers into DIR and stop.")
+    parser.add_argument("--name", default=NAME, help="Result file stem in benchmarks/results.")
     args = parser.parse_args()
-    png = RESULTS / f"{NAME}.png"
+    if args.precompute_reader:
+        precompute(args)
+        return
+    png = RESULTS / f"{args.name}.png"
     if args.plot_only:
-        plot(json.loads((RESULTS / f"{NAME}.json").read_text(encoding="utf-8"))["runs"], png)
+        plot(json.loads((RESULTS / f"{args.name}.json").read_text(encoding="utf-8"))["runs"], png)
         return
     costs = [float(c) for c in args.costs.split(",") if c.strip()]
 
     wall0, cpu0 = time.perf_counter(), time.process_time()
     with tempfile.TemporaryDirectory(prefix="sb3-emb-") as tmp:
         # Encode each question once for the whole benchmark (the second cost reuses the vectors).
-        runs = [run_cost(args.task, c, args.timesteps, args.seed, Path(tmp)) for c in costs]
+        runs = [run_cost(ControllerConfig(task=args.task, retriever="bm25", search_cost=c,
+                                          total_timesteps=args.timesteps, seed=args.seed, max_turns=args.max_turns,
+                                          max_doc_chars=args.max_doc_chars, train_limit=args.train_limit,
+                                          reader=args.reader), Path(tmp)) for c in costs]
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
     RESULTS.mkdir(parents=True, exist_ok=True)
     plot(runs, png)
@@ -232,7 +266,7 @@ def main() -> None:
         "plot": str(png.relative_to(RESULTS.parent.parent)),
         "runs": runs,
     }
-    write_results(NAME, data, table(runs, cpu, wall))
+    write_results(args.name, data, table(runs, cpu, wall))
 
 
 if __name__ == "__main__":

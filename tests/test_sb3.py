@@ -330,7 +330,9 @@ def test_short_ppo_run_trains_evaluates_saves_and_loads(corpus_file: Path, tmp_p
     assert np.array_equal(state[1], after[1]) and state[2] == after[2]  # global generator untouched
     report = compare_with_fixed(ctrl, env_overrides=overrides)
     names = [p["policy"] for p in report["policies"]]
-    assert names == ["ppo", "answer-now", "search-once", "search-twice", "search-thrice"]
+    assert names == ["ppo", "answer-now", "search-once", "search-twice", "search-thrice", "best-per-kind",
+                     "similarity-threshold"]
+    assert set(report["fitted"]["best_per_kind"]) == {"bridge-3hop", "single-hop", "comparison-2hop"}
     assert all(p["n"] == len(EXAMPLES) for p in report["policies"])
     once = next(p for p in report["policies"] if p["policy"] == "search-once")
     assert once["mean_searches"] == 1.0 and once["action_counts"]["answer_extracted"] == len(EXAMPLES)
@@ -347,6 +349,34 @@ def test_short_ppo_run_trains_evaluates_saves_and_loads(corpus_file: Path, tmp_p
         assert loaded(obs, 0) == ctrl(obs, 0)
     with pytest.raises(FileNotFoundError, match="is missing"):
         Controller.load(tmp_path)
+
+
+def test_tuned_baselines_pick_the_best_fixed_policy_per_kind_and_a_threshold(macro_env) -> None:
+    from agents.sb3 import FIXED_POLICIES, FixedPolicy, evaluate_policy
+    from agents.sb3.controller import PerKindPolicy, ThresholdFetch, fit_baselines, probe_score, question_kind
+
+    env = macro_env()
+    fitted = fit_baselines(env)
+    evals = {n: evaluate_policy(env, FixedPolicy(seq), name=n) for n, seq in FIXED_POLICIES.items()}
+    kinds = [question_kind(ex) for ex in env.base.examples]
+    for kind, name in fitted["fit"]["best_per_kind"].items():
+        idx = [i for i, k in enumerate(kinds) if k == kind]
+        assert evals[name].rewards[idx].mean() == max(ev.rewards[idx].mean() for ev in evals.values())
+    per_kind = evaluate_policy(env, fitted["policies"]["best-per-kind"], name="per-kind")
+    assert per_kind.rewards.sum() >= max(ev.rewards.sum() for ev in evals.values()) - 1e-9  # on its own fit data
+    # the threshold rule searches exactly the questions whose probe score reaches the threshold
+    t = fitted["fit"]["threshold"]
+    rule = evaluate_policy(env, ThresholdFetch(t), name="threshold")
+    probes = []
+    for i in range(len(env.base.examples)):
+        env.reset(options={"index": i})
+        probes.append(probe_score(env))
+    assert list(rule.searches) == [1.0 if p >= t else 0.0 for p in probes]
+    assert rule.rewards.sum() >= max(evals["answer-now"].rewards.sum(), evals["search-once"].rewards.sum()) - 1e-9
+    never = evaluate_policy(env, ThresholdFetch(float("inf")), name="never")
+    assert never.searches.sum() == 0
+    with pytest.raises(ValueError, match="unknown fixed policies"):
+        PerKindPolicy({"single-hop": "search-forever"}, "answer-now")
 
 
 def test_fixed_policies_take_their_sequences(macro_env) -> None:

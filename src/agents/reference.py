@@ -451,6 +451,9 @@ class LLMAgent:
             see :meth:`_act_chat`).
         system_prompt: ``f(protocol) -> str`` giving the system prompt (None: the protocol's own).
         first_search: Make the first turn a scripted search for the question itself (``rag``).
+        script: ``script(episode) -> text or None``: a scripted turn for this episode now (sent as
+            is, nothing generated), or None to let the model write it. ``first_search`` is the
+            script that searches the question at turn 0.
         answer_slot: Answer-only turns: the turn starts with ``<answer>`` and the model writes
             the answer; if it never closes the tag, its first line is the answer.
         max_turns: The agent's own turn budget (None: the environment's).
@@ -466,6 +469,7 @@ class LLMAgent:
         *,
         system_prompt: Callable[[ActionProtocol], str] | None = None,
         first_search: bool = False,
+        script: Callable[[EpisodeState], str | None] | None = None,
         answer_slot: bool = False,
         max_turns: int | None = None,
         max_new_tokens: int = 96,
@@ -482,6 +486,7 @@ class LLMAgent:
         self.policy = policy
         self.system_prompt = system_prompt
         self.first_search = first_search
+        self.script = script
         self.answer_slot = answer_slot
         self.max_turns = max_turns
         self.max_new_tokens = max_new_tokens
@@ -510,6 +515,11 @@ class LLMAgent:
         ep.memory["synced"] = len(ep.steps)
         return ids
 
+    def _scripted(self, ep: EpisodeState) -> str | None:
+        if self.first_search and ep.turn == 0:
+            return f"<search> {ep.example.question} </search>"
+        return self.script(ep) if self.script is not None else None
+
     def _stop(self, episodes: Sequence[EpisodeState]) -> tuple[str, ...]:
         return ("</answer>",) if self.answer_slot else tuple(episodes[0].protocol.stop) if episodes else ()
 
@@ -527,10 +537,10 @@ class LLMAgent:
         prefixes: list[str] = []
         for i, ep in enumerate(episodes):
             ctx = self._context(ep)
-            if self.first_search and ep.turn == 0:
-                text = f"<search> {ep.example.question} </search>"
-                ctx.extend(self.policy.encode(text))
-                out[i] = Turn(text, 0)
+            scripted = self._scripted(ep)
+            if scripted is not None:
+                ctx.extend(self.policy.encode(scripted))
+                out[i] = Turn(scripted, 0)
                 continue
             prefix = "<answer>" if self.answer_slot else ""
             todo.append(i)
@@ -571,8 +581,9 @@ class LLMAgent:
         todo: list[int] = []
         conversations: list[list[dict[str, str]]] = []
         for i, ep in enumerate(episodes):
-            if self.first_search and ep.turn == 0:
-                out[i] = Turn(f"<search> {ep.example.question} </search>", 0)
+            scripted = self._scripted(ep)
+            if scripted is not None:
+                out[i] = Turn(scripted, 0)
                 continue
             todo.append(i)
             conversations.append(chat_messages(ep.messages))

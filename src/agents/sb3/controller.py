@@ -76,6 +76,11 @@ class ControllerConfig:
         net_arch: Hidden layer sizes of the policy and value networks.
         seed: Seed of PPO, the environments and the random projection.
         torch_threads: Torch CPU threads while training (restored afterwards); None leaves it.
+        max_doc_chars: Retrieved document text is cut to this many characters.
+        train_limit: Train on only the first ``train_limit`` questions of the training split (a
+            reader's answers must be precomputed for every question trained on).
+        reader: Folder of precomputed reader answers (:mod:`agents.sb3.reader`); the answer
+            actions then answer with them instead of the rule-based extractor.
     """
 
     task: str = "synthetic-mixed"
@@ -101,10 +106,16 @@ class ControllerConfig:
     net_arch: tuple[int, ...] = field(default=(64, 64))
     seed: int = 0
     torch_threads: int | None = 1
+    max_doc_chars: int = 1500
+    train_limit: int | None = None
+    reader: str | None = None
 
     def __post_init__(self) -> None:
+        if self.train_limit is not None and (isinstance(self.train_limit, bool) or not isinstance(
+                self.train_limit, int) or self.train_limit < 1):
+            raise ValueError(f"train_limit must be a positive integer or None, got {self.train_limit!r}")
         for name in ("embed_dim", "max_turns", "top_k", "total_timesteps", "n_envs", "n_steps", "batch_size",
-                     "n_epochs"):
+                     "n_epochs", "max_doc_chars"):
             value = getattr(self, name)
             minimum = 0 if name == "embed_dim" else 1
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
@@ -202,7 +213,7 @@ class Controller:
             search_cost: Override the cost (default ``config.search_cost``).
             **kwargs: Other :func:`make_macro_env` arguments (``task``, ``corpus``, ``retriever``).
         """
-        return _make_env(self.config, self.embedder, split or self.config.eval_split, search_cost=search_cost,
+        return config_env(self.config, self.embedder, split or self.config.eval_split, search_cost=search_cost,
                          **kwargs)
 
     def __call__(self, obs: np.ndarray, step: int) -> int:
@@ -298,7 +309,7 @@ def _ppo(config: ControllerConfig, env: Any, **kwargs: Any) -> Any:
     )
 
 
-def _make_env(
+def config_env(
     config: ControllerConfig,
     embedder: QuestionEmbedder,
     split: str,
@@ -306,17 +317,48 @@ def _make_env(
     search_cost: float | None = None,
     **overrides: Any,
 ) -> MacroActionEnv:
+    """The macro-action environment of a run's split: its task, retriever, budget, reader and limits.
+
+    Args:
+        config: The run.
+        embedder: The question embedder.
+        split: The split (``train_limit`` applies to ``config.train_split``).
+        search_cost: Override the cost.
+        **overrides: Other :func:`make_macro_env` arguments (they win over the config's).
+    """
     kwargs: dict[str, Any] = {
         "task": config.task,
         "retriever": config.retriever,
         "max_turns": config.max_turns,
         "top_k": config.top_k,
+        "max_doc_chars": config.max_doc_chars,
     }
     if config.corpus is not None:
         kwargs["corpus"] = config.corpus
+    if config.reader is not None:
+        kwargs["reader"] = _reader(config.reader)
     kwargs.update(overrides)
+    if config.train_limit is not None and split == config.train_split and isinstance(kwargs["task"], str):
+        from searchenv.tasks.base import load_task
+
+        task = load_task(kwargs["task"])
+        kwargs["task"] = list(task.examples(split))[: config.train_limit]
+        kwargs.setdefault("corpus", task.corpus_path)
     cost = config.search_cost if search_cost is None else search_cost
     return make_macro_env(embedder=embedder, split=split, search_cost=cost, **kwargs)
+
+
+_READERS: dict[str, Any] = {}
+
+
+def _reader(folder: str) -> Any:
+    """Precomputed reader answers, read once per folder and process."""
+    from agents.sb3.reader import ReaderAnswers
+
+    key = os.path.abspath(folder)
+    if key not in _READERS:
+        _READERS[key] = ReaderAnswers.load(folder)
+    return _READERS[key]
 
 
 def shared_retriever(config: ControllerConfig, overrides: Mapping[str, Any] | None = None) -> Any:
@@ -389,8 +431,8 @@ def train_controller(
     overrides["retriever"] = shared_retriever(config, overrides)
     embedder = QuestionEmbedder(encoder if encoder is not None else config.encoder, dim=config.embed_dim,
                                 method=config.reduction, seed=config.seed, cache_dir=embedding_cache)
-    first = _make_env(config, embedder, config.train_split, **overrides)  # fits the reduction on train questions
-    envs = [first] + [_make_env(config, embedder, config.train_split, **overrides) for _ in range(config.n_envs - 1)]
+    first = config_env(config, embedder, config.train_split, **overrides)  # fits the reduction on train questions
+    envs = [first] + [config_env(config, embedder, config.train_split, **overrides) for _ in range(config.n_envs - 1)]
     # Monitor replaces the episode-end info["episode"] (searchenv's totals) with SB3's {"r", "l", "t"}.
     vec = DummyVecEnv([(lambda e=e: Monitor(e)) for e in envs])  # type: ignore[misc]
     vec.seed(config.seed)
@@ -415,6 +457,108 @@ class FixedPolicy:
     def __call__(self, obs: np.ndarray, step: int) -> int:
         """The action at ``step`` (0-based)."""
         return int(self.actions[min(step, len(self.actions) - 1)])
+
+
+def question_kind(example: Any) -> str:
+    """``single-hop``, or the type and hop count (``bridge-2hop``, ``comparison-2hop``)."""
+    return "single-hop" if example.type == "single-hop" else f"{example.type}-{example.hops}hop"
+
+
+class PerKindPolicy:
+    """The fixed policy that earned most on training questions of the same kind.
+
+    Args:
+        choice: Question kind -> a :data:`FIXED_POLICIES` name.
+        default: The policy for a kind not seen in training.
+    """
+
+    def __init__(self, choice: Mapping[str, str], default: str) -> None:
+        unknown = ({default} | set(choice.values())) - set(FIXED_POLICIES)
+        if unknown:
+            raise ValueError(f"unknown fixed policies {sorted(unknown)}; known: {', '.join(FIXED_POLICIES)}")
+        self.choice = dict(choice)
+        self.default = default
+        self._actions = FIXED_POLICIES[default]
+
+    def start(self, env: MacroActionEnv) -> None:
+        """Pick the sequence for this episode's question kind."""
+        self._actions = FIXED_POLICIES[self.choice.get(question_kind(env.base.example), self.default)]
+
+    def __call__(self, obs: np.ndarray, step: int) -> int:
+        """The action at ``step``."""
+        return int(self._actions[min(step, len(self._actions) - 1)])
+
+
+def probe_score(env: MacroActionEnv) -> float:
+    """The retriever's best score for the episode's question, looked up without an environment turn."""
+    hits = env.base.retriever.search_batch([env.base.example.question], 1)
+    return float(hits[0][0].score) if hits and hits[0] else float("-inf")
+
+
+class ThresholdFetch:
+    """Fetch or skip by retrieval similarity ("RL for RAG chatbots"' similarity baseline).
+
+    Search the question and answer from what it returns when the retriever's best score for the
+    question reaches ``threshold``; otherwise answer closed-book. The score is looked up before
+    the episode's first turn and is not charged as a search (the rule sees one number the
+    controller only sees after searching).
+
+    Args:
+        threshold: The score at or above which to fetch.
+    """
+
+    def __init__(self, threshold: float) -> None:
+        self.threshold = float(threshold)
+        self._actions = FIXED_POLICIES["answer-now"]
+
+    def start(self, env: MacroActionEnv) -> None:
+        """Decide fetch or skip for this episode's question."""
+        fetch = probe_score(env) >= self.threshold
+        self._actions = FIXED_POLICIES["search-once" if fetch else "answer-now"]
+
+    def __call__(self, obs: np.ndarray, step: int) -> int:
+        """The action at ``step``."""
+        return int(self._actions[min(step, len(self._actions) - 1)])
+
+
+def fit_baselines(env: MacroActionEnv, *, limit: int | None = None) -> dict[str, Any]:
+    """Fit the two tuned baselines on training questions.
+
+    ``best-per-kind``: each question kind's fixed policy with the highest mean reward.
+    ``similarity-threshold``: the :class:`ThresholdFetch` threshold (among the observed probe
+    scores, and "never fetch") with the highest total reward; ties go to fewer searches.
+
+    Args:
+        env: A macro-action environment over the training questions.
+        limit: Only the first ``limit`` questions.
+
+    Returns:
+        ``{"policies": {name: policy}, "fit": {"best_per_kind": {kind: name}, "threshold": t,
+        "default": name}}``.
+    """
+    evals = {n: evaluate_policy(env, FixedPolicy(seq), name=n, limit=limit) for n, seq in FIXED_POLICIES.items()}
+    ids = next(iter(evals.values())).example_ids
+    by_id = {ex.id: ex for ex in env.base.examples}
+    kinds = [question_kind(by_id[i]) for i in ids]
+    default = max(evals, key=lambda n: float(evals[n].rewards.mean()))
+    choice: dict[str, str] = {}
+    for kind in sorted(set(kinds)):
+        idx = [j for j, k in enumerate(kinds) if k == kind]
+        choice[kind] = max(evals, key=lambda n, idx=idx: float(evals[n].rewards[idx].mean()))  # type: ignore[misc]
+    probes = []
+    for i in range(len(ids)):
+        env.reset(options={"index": i})
+        probes.append(probe_score(env))
+    fetch, skip = evals["search-once"].rewards, evals["answer-now"].rewards
+    best_t, best_total = float("inf"), float(skip.sum())
+    for t in sorted(set(probes)):
+        total = float(sum(f if p >= t else s for p, f, s in zip(probes, fetch, skip, strict=True)))
+        if total > best_total + 1e-12 or (abs(total - best_total) <= 1e-12 and t > best_t):
+            best_t, best_total = t, total
+    return {
+        "policies": {"best-per-kind": PerKindPolicy(choice, default), "similarity-threshold": ThresholdFetch(best_t)},
+        "fit": {"best_per_kind": choice, "default": default, "threshold": best_t, "n": len(ids)},
+    }
 
 
 @dataclass
@@ -487,7 +631,8 @@ def evaluate_policy(
 
     Args:
         env: The macro-action environment over the evaluation split.
-        policy: ``policy(observation, step) -> action``.
+        policy: ``policy(observation, step) -> action``; a policy with ``start(env)`` is told
+            each new episode (after the reset) before its first action.
         name: Name for the report.
         limit: Evaluate only the first ``limit`` questions.
 
@@ -499,8 +644,11 @@ def evaluate_policy(
     sequences: list[tuple[str, ...]] = []
     counts = {a.name.lower(): 0 for a in MacroAction}
     start = time.perf_counter()
+    start_episode = getattr(policy, "start", None)
     for i in range(n):
         obs, info = env.reset(options={"index": i})
+        if callable(start_episode):
+            start_episode(env)
         total, step, done = 0.0, 0, False
         taken: list[str] = []
         while not done:
@@ -526,25 +674,37 @@ def compare_with_fixed(
     split: str | None = None,
     limit: int | None = None,
     env_overrides: Mapping[str, Any] | None = None,
+    tuned: bool = True,
+    fit_limit: int | None = None,
+    keep_evals: bool = False,
 ) -> dict[str, Any]:
-    """Evaluate the controller and every :data:`FIXED_POLICIES` entry on held-out questions.
+    """Evaluate the controller, every :data:`FIXED_POLICIES` entry and the tuned baselines on held-out questions.
 
     Args:
         controller: The trained controller.
         split: Evaluation split (default ``config.eval_split``).
         limit: Only the first ``limit`` questions.
         env_overrides: Extra :func:`make_macro_env` arguments.
+        tuned: Also fit :func:`fit_baselines` (best fixed policy per question kind, similarity
+            threshold) on the training split and evaluate them.
+        fit_limit: Fit on only the first ``fit_limit`` training questions.
+        keep_evals: Also return the per-question :class:`PolicyEval` of every policy (``"evals"``).
 
     Returns:
         ``{"search_cost", "split", "policies": [summary...], "vs_fixed": {name: paired diff},
-        "beats_all_fixed": bool}``; the controller beats a fixed policy when the paired
-        difference's 95% CI excludes zero and their own 95% CIs do not overlap.
+        "beats_all_fixed": bool, "fitted": fit details or None}``; the controller beats a policy
+        when the paired difference's 95% CI excludes zero and their own 95% CIs do not overlap.
     """
     overrides = dict(env_overrides or {})
     overrides["retriever"] = shared_retriever(controller.config, overrides)
     env = controller.make_env(split, **overrides)
     learned = evaluate_policy(env, controller, name="ppo", limit=limit)
     fixed = {n: evaluate_policy(env, FixedPolicy(seq), name=n, limit=limit) for n, seq in FIXED_POLICIES.items()}
+    fitted = None
+    if tuned:
+        fitted = fit_baselines(controller.make_env(controller.config.train_split, **overrides), limit=fit_limit)
+        for n, policy in fitted["policies"].items():
+            fixed[n] = evaluate_policy(env, policy, name=n, limit=limit)
     vs: dict[str, dict[str, Any]] = {}
     for n, ev in fixed.items():
         diff = paired_difference(learned, ev)
@@ -558,4 +718,6 @@ def compare_with_fixed(
         "policies": [learned.summary()] + [ev.summary() for ev in fixed.values()],
         "vs_fixed": vs,
         "beats_all_fixed": all(d["beats"] for d in vs.values()),
+        "fitted": fitted["fit"] if fitted else None,
+        **({"evals": {"ppo": learned, **fixed}} if keep_evals else {}),
     }

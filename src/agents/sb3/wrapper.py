@@ -8,7 +8,7 @@ episode as a feature vector.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from enum import IntEnum
 from typing import Any, SupportsFloat
@@ -44,9 +44,10 @@ class MacroAction(IntEnum):
             words; for a comparison question, the option not yet searched; before any search, the
             question's entities and relation words.
         ANSWER_EXTRACTED: ``<answer>`` the best candidate span extracted from the retrieved
-            documents (see :mod:`agents.reader`); the closed-book guess if there is none.
+            documents (see :mod:`agents.reader`); the closed-book guess if there is none. With a
+            ``reader`` (:class:`MacroActionEnv`), the reader's answer after the searches made.
         ANSWER_CLOSED_BOOK: ``<answer>`` without retrieval: a comparison question's first option,
-            else ``unknown``.
+            else ``unknown``; with a ``reader``, the reader's answer to the question alone.
     """
 
     SEARCH_QUESTION = 0
@@ -168,6 +169,10 @@ class MacroActionEnv(gym.Wrapper[np.ndarray, int, str, str]):
             Every question of the environment is encoded up front in one batch.
         score_scale: Retrieval scores enter as ``tanh(score / score_scale)``.
         weights: Candidate-extractor weights.
+        reader: Who answers: ``reader(example_id, queries) -> answer`` given the queries searched
+            so far in order (``()`` for a closed-book answer), e.g. an LLM's answers precomputed
+            per reachable state (:class:`agents.sb3.reader.ReaderAnswers`). None: the rule-based
+            extractor and closed-book guess.
     """
 
     def __init__(
@@ -177,6 +182,7 @@ class MacroActionEnv(gym.Wrapper[np.ndarray, int, str, str]):
         *,
         score_scale: float = 10.0,
         weights: ExtractorWeights | None = None,
+        reader: Callable[[str, tuple[str, ...]], str] | None = None,
     ) -> None:
         from searchenv.env import SearchQAEnv
 
@@ -192,6 +198,9 @@ class MacroActionEnv(gym.Wrapper[np.ndarray, int, str, str]):
         self.embedder = embedder
         self.score_scale = float(score_scale)
         self.weights = weights if weights is not None else ExtractorWeights()
+        if reader is not None and not callable(reader):
+            raise TypeError(f"reader must be callable (example_id, queries) -> answer, got {reader!r}")
+        self.reader = reader
         questions = [ex.question for ex in base.examples]
         if not embedder.fitted:
             embedder.fit(questions)
@@ -213,6 +222,7 @@ class MacroActionEnv(gym.Wrapper[np.ndarray, int, str, str]):
         self._best_score = 0.0
         self._searched_entities: list[str] = []
         self._searched_question = False
+        self._queries: list[str] = []
         self._turn = 0
         self._searches = 0
         self._candidates: list[Candidate] = []
@@ -276,9 +286,22 @@ class MacroActionEnv(gym.Wrapper[np.ndarray, int, str, str]):
     def _searched_entities_norm(self) -> set[str]:
         return {normalize_answer(e) for e in self._searched_entities}
 
+    @property
+    def queries(self) -> tuple[str, ...]:
+        """The queries searched so far this episode, in order."""
+        return tuple(self._queries)
+
     def extracted_answer(self) -> str:
         """The answer :attr:`MacroAction.ANSWER_EXTRACTED` would give now."""
+        if self.reader is not None:
+            return self.reader(self.base.example.id, tuple(self._queries))
         return self._candidates[0].text if self._candidates else closed_book_guess(self._question)
+
+    def closed_book_answer(self) -> str:
+        """The answer :attr:`MacroAction.ANSWER_CLOSED_BOOK` would give."""
+        if self.reader is not None:
+            return self.reader(self.base.example.id, ())
+        return closed_book_guess(self._question)
 
     def action_text(self, action: int | MacroAction) -> str:
         """The protocol text turn for a macro-action in the current state."""
@@ -287,7 +310,7 @@ class MacroActionEnv(gym.Wrapper[np.ndarray, int, str, str]):
             return f"<search> {self._query(self._question)} </search>"
         if a is MacroAction.SEARCH_REFORMULATED:
             return f"<search> {self.reformulated_query()} </search>"
-        answer = self.extracted_answer() if a is MacroAction.ANSWER_EXTRACTED else closed_book_guess(self._question)
+        answer = self.extracted_answer() if a is MacroAction.ANSWER_EXTRACTED else self.closed_book_answer()
         answer = " ".join(sanitize(answer).split()) or "unknown"
         return f"<answer> {answer} </answer>"
 
@@ -318,6 +341,7 @@ class MacroActionEnv(gym.Wrapper[np.ndarray, int, str, str]):
         self._turn += 1
         if isinstance(request.action, Search):
             self._searches += 1
+            self._queries.extend(request.action.queries)
             self._absorb(hits if isinstance(hits, list) else [])
         info = dict(info)
         info["macro_action"] = a.name.lower()
@@ -453,6 +477,7 @@ def make_macro_env(
     top_k: int = 3,
     score_scale: float = 10.0,
     weights: ExtractorWeights | None = None,
+    reader: Callable[[str, tuple[str, ...]], str] | None = None,
     **env_kwargs: Any,
 ) -> MacroActionEnv:
     """Build a :class:`~searchenv.env.SearchQAEnv` and wrap it in :class:`MacroActionEnv`.
@@ -469,6 +494,7 @@ def make_macro_env(
         top_k: Documents per search.
         score_scale: See :class:`MacroActionEnv`.
         weights: Candidate-extractor weights.
+        reader: See :class:`MacroActionEnv`.
         **env_kwargs: Other :class:`~searchenv.env.SearchQAEnv` arguments (``corpus``, ...).
 
     Returns:
@@ -484,7 +510,7 @@ def make_macro_env(
         task, split=split, retriever=retriever, reward=reward, max_turns=max_turns, top_k=top_k, **env_kwargs
     )
     emb = embedder if embedder is not None else QuestionEmbedder("minilm")
-    return MacroActionEnv(base, emb, score_scale=score_scale, weights=weights)
+    return MacroActionEnv(base, emb, score_scale=score_scale, weights=weights, reader=reader)
 
 
 __all__ = [

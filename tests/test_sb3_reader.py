@@ -63,11 +63,13 @@ def test_precomputed_answers_drive_the_wrapper_and_resume(corpus_file: Path, tmp
     with one_thread():
         answers = precompute_reader_answers(states, EXAMPLES, policy, tmp_path / "reader", retriever=env.base.retriever,
                                             top_k=env.base.top_k, max_doc_chars=env.base.max_doc_chars, chunk_size=4)
-    assert len(answers) == len(states) and policy.prompts == len(states)  # one generated answer per state
+    first = policy.prompts
+    # one free turn per state, and an answer-slot turn for the states whose free turn did not answer
+    assert len(answers) == len(states) and len(states) <= first <= 2 * len(states)
     assert len(list((tmp_path / "reader").glob("chunk-*.json"))) == -(-len(states) // 4)
     again = precompute_reader_answers(states, EXAMPLES, policy, tmp_path / "reader", retriever=env.base.retriever,
                                       top_k=env.base.top_k, max_doc_chars=env.base.max_doc_chars, chunk_size=4)
-    assert policy.prompts == len(states) and again.answers == answers.answers  # resumed: nothing regenerated
+    assert policy.prompts == first and again.answers == answers.answers  # resumed: nothing regenerated
     loaded = ReaderAnswers.load(tmp_path / "reader")
     assert loaded.answers == answers.answers
 

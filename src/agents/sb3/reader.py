@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -148,15 +149,17 @@ def precompute_reader_answers(
     protocol: str = "search-r1",
     chunk_size: int = 128,
     batch_size: int = 64,
-    max_new_tokens: int = 24,
+    max_new_tokens: int = 80,
 ) -> ReaderAnswers:
     """Run the reader on every state, in batched episodes, and store the answers by chunk.
 
     Each state is one episode through :func:`agents.reference.run_agent`: the state's searches
     as scripted turns (the same queries, so the same documents and transcript the wrapper's
-    environment produces), then one greedy answer-slot turn the model writes. Chunks already on
-    disk with the same states are kept (the run resumes); a chunk on disk with other states
-    raises.
+    environment produces), then one greedy turn the model writes in its own format (a trained
+    searcher reasons in ``<think>`` before it answers). Where that turn is not an answer (the
+    model wanted to search again), the state is run once more with an answer-slot turn: the
+    turn starts with ``<answer>`` and the model must write the answer. Chunks already on disk
+    with the same states are kept (the run resumes); a chunk on disk with other states raises.
 
     Args:
         states: From :func:`reader_states`.
@@ -169,7 +172,7 @@ def precompute_reader_answers(
         protocol: The protocol whose transcript the reader reads.
         chunk_size: States per chunk file.
         batch_size: Episodes per batched generation.
-        max_new_tokens: Generation cap of the answer.
+        max_new_tokens: Generation cap of the answer turn.
 
     Returns:
         All the answers.
@@ -201,11 +204,27 @@ def precompute_reader_answers(
             queries = part[ep.position][1]
             return f"<search> {queries[ep.turn]} </search>" if ep.turn < len(queries) else None
 
-        agent = LLMAgent("reader", policy, script=script, answer_slot=True, max_new_tokens=max_new_tokens)
-        records = run_agent(agent, [by_id[s[0]] for s in part], retriever, protocol=protocol, top_k=top_k,
-                            max_turns=max(len(s[1]) for s in part) + 1, batch_size=batch_size,
-                            env_kwargs={"max_doc_chars": max_doc_chars})
-        got = [r.answer if r.answer is not None else "unknown" for r in records]
-        atomic_write_lines(path, [json.dumps({"states": [[s[0], list(s[1])] for s in part], "answers": got})])
-        answers.update(zip(part, got, strict=True))
+        def read(states: list[State], answer_slot: bool) -> list[str | None]:
+            # One model turn after each state's searches, grouped by their number: the turn budget
+            # ends each episode right after that turn, so an answer is always the state's own.
+            out: list[str | None] = [None] * len(states)
+            for n in sorted({len(st[1]) for st in states}):
+                idx = [i for i, st in enumerate(states) if len(st[1]) == n]
+                group = [states[i] for i in idx]
+                agent = LLMAgent("reader", policy, script=partial(script, part=group), answer_slot=answer_slot,
+                                 max_new_tokens=max_new_tokens)
+                records = run_agent(agent, [by_id[st[0]] for st in group], retriever, protocol=protocol, top_k=top_k,
+                                    max_turns=n + 1, batch_size=batch_size, env_kwargs={"max_doc_chars": max_doc_chars})
+                for i, rec in zip(idx, records, strict=True):
+                    out[i] = rec.answer
+            return out
+
+        got = read(part, answer_slot=False)
+        again = [i for i, a in enumerate(got) if a is None]
+        if again:
+            for i, a in zip(again, read([part[i] for i in again], answer_slot=True), strict=True):
+                got[i] = a
+        final = [a if a is not None else "unknown" for a in got]
+        atomic_write_lines(path, [json.dumps({"states": [[s[0], list(s[1])] for s in part], "answers": final})])
+        answers.update(zip(part, final, strict=True))
     return ReaderAnswers(answers)

@@ -150,6 +150,7 @@ def precompute_reader_answers(
     chunk_size: int = 128,
     batch_size: int = 64,
     max_new_tokens: int = 80,
+    slot_tokens: int = 24,
 ) -> ReaderAnswers:
     """Run the reader on every state, in batched episodes, and store the answers by chunk.
 
@@ -172,7 +173,8 @@ def precompute_reader_answers(
         protocol: The protocol whose transcript the reader reads.
         chunk_size: States per chunk file.
         batch_size: Episodes per batched generation.
-        max_new_tokens: Generation cap of the answer turn.
+        max_new_tokens: Generation cap of the model's own turn.
+        slot_tokens: Generation cap of an answer-slot turn (an answer is a few words).
 
     Returns:
         All the answers.
@@ -212,7 +214,7 @@ def precompute_reader_answers(
                 idx = [i for i, st in enumerate(states) if len(st[1]) == n]
                 group = [states[i] for i in idx]
                 agent = LLMAgent("reader", policy, script=partial(script, part=group), answer_slot=answer_slot,
-                                 max_new_tokens=max_new_tokens)
+                                 max_new_tokens=slot_tokens if answer_slot else max_new_tokens)
                 records = run_agent(agent, [by_id[st[0]] for st in group], retriever, protocol=protocol, top_k=top_k,
                                     max_turns=n + 1, batch_size=batch_size, env_kwargs={"max_doc_chars": max_doc_chars})
                 for i, rec in zip(idx, records, strict=True):

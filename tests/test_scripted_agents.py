@@ -341,3 +341,14 @@ def test_oracle_searches_independent_hops_together_under_multi_query(bm25) -> No
     assert one["c0"].metrics["turns"] == 3 and one["c0"].metrics["em"] == 1.0
     narrow = run_agent(OracleAgent(), [comparison], bm25, protocol=get_protocol("multi-query", max_queries=1))[0]
     assert narrow.metrics["turns"] == 3  # the protocol's max_queries bounds a turn
+
+
+def test_heuristic_searches_a_comparisons_options_together_under_multi_query(bm25) -> None:  # type: ignore[no-untyped-def]
+    from agents.policies.scripted import HeuristicAgent
+
+    q3 = next(e for e in EXAMPLES if e.id == "q3")
+    mq = run_agent(HeuristicAgent(), [q3], bm25, protocol="multi-query")[0]
+    one = run_agent(HeuristicAgent(), [q3], bm25, protocol="search-r1")[0]
+    assert [len(s["queries"]) for s in mq.steps if s["action_type"] == "search"] == [1, 2]
+    assert [len(s["queries"]) for s in one.steps if s["action_type"] == "search"] == [1, 1, 1]
+    assert mq.answer == one.answer and mq.metrics["turns"] == one.metrics["turns"] - 1

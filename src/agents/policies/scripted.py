@@ -281,7 +281,8 @@ class HeuristicAgent(_ScriptedAgent):
 
     1. Turn 1 searches the question as asked.
     2. A comparison question (two options, :func:`agents.reader.analyse_question`) then searches
-       each option not yet searched, with the question's relation words.
+       each option not yet searched, with the question's relation words (all of them in one turn
+       under a protocol with several queries per turn).
     3. Otherwise, while fewer searches were made than :func:`agents.reader.estimate_hops` says the
        question needs, it searches the best new entity of the latest search
        (:func:`agents.reader.extract_candidates` in ``bridge`` mode) with the question's relation
@@ -329,7 +330,13 @@ class HeuristicAgent(_ScriptedAgent):
             target: str | None = None
             if qa.options:
                 done = {normalize_answer(e) for e in searched}
-                target = next((o for o in qa.options if normalize_answer(o) not in done), None)
+                todo = [o for o in qa.options if normalize_answer(o) not in done]
+                target = todo[0] if todo else None
+                if len(todo) > 1 and ep.protocol.max_queries > 1:  # multi-query: the options in one turn
+                    batch = todo[: ep.protocol.max_queries]
+                    searched.extend(batch)
+                    lines = "\n".join(self._query(ep, f"{o} {relations}") for o in batch)
+                    return f"<search>\n{lines}\n</search>"
             elif len(searched) + 1 < estimate_hops(question, self.max_hops) and hits:
                 bridges = extract_candidates(
                     question, hits, recent_ids=recent, exclude=searched, limit=8, mode="bridge", hop=len(searched)

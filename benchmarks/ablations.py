@@ -200,13 +200,24 @@ def curve_stats(args: argparse.Namespace, name: str) -> dict[str, float | None]:
     """From the arm's metrics.jsonl: zero-variance share, entropy of the last 5 steps, generated tokens."""
     path = arm_run_dir(args, name) / "metrics.jsonl"
     if not path.is_file():
-        return {"zero_variance_share": None, "entropy_last5": None, "generated_tokens": None}
+        return {"zero_variance_share": None, "entropy_last5": None, "generated_tokens": None, "train_seconds": None,
+                "steps": 0, "probe_groups": 0, "probe_episodes": 0, "probe_em": None, "dropped_groups": 0,
+                "extra_rounds": 0}
     recs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     groups = sum(r.get("groups", 0) for r in recs)
     last = [r["entropy"] for r in recs[-5:] if "entropy" in r]
     generated = sum(r.get("generated_tokens", r.get("episodes", 0) * r.get("response_tokens", 0)) for r in recs)
+    # the trainer's own step times: a phase resumed from a checkpoint timed only its last part
+    seconds = sum(float((r.get("seconds") or {}).get("total", 0.0)) for r in recs)
+    probes = sum(int(r.get("probe_episodes", 0)) for r in recs)
+    probe_hits = sum(float(r.get("probe_em", 0.0)) * int(r.get("probe_episodes", 0)) for r in recs)
     return {"zero_variance_share": sum(r.get("zero_variance_groups", 0) for r in recs) / groups if groups else None,
-            "entropy_last5": sum(last) / len(last) if last else None, "generated_tokens": float(generated)}
+            "entropy_last5": sum(last) / len(last) if last else None, "generated_tokens": float(generated),
+            "train_seconds": seconds or None, "steps": len(recs),
+            "probe_groups": sum(int(r.get("probe_groups", 0)) for r in recs), "probe_episodes": probes,
+            "probe_em": probe_hits / probes if probes else None,
+            "dropped_groups": sum(int(r.get("dropped_groups", 0)) for r in recs),
+            "extra_rounds": sum(max(0, int(r.get("sampling_rounds", 1)) - 1) for r in recs)}
 
 
 def averaged(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -249,8 +260,17 @@ def report(args: argparse.Namespace) -> None:
                              f"| {r['em']:.3f} | {r['f1']:.3f} | {r['searches']:.2f} | {turns} | "
                              f"{r['eval_seconds'] / r['n']:.2f} | {'' if zv is None else f'{zv:.0%}'} | "
                              f"{'' if ent is None else f'{ent:.3f}'} | {'' if gen is None else f'{gen:,.0f}'} | "
-                             f"{r['train_seconds'] / 60:.0f} |")
+                             f"{(c['train_seconds'] or r['train_seconds']) / 60:.0f} |")
                 data["arms"][n] = {**{k: v for k, v in r.items() if k != "examples"}, **c}
+        for n, r in rows.items():
+            c = curve_stats(args, n)
+            if r is not None and c["probe_episodes"]:
+                lines += ["", f"{n}: {c['probe_episodes']} probe episodes in {c['probe_groups']} dead-end groups over "
+                              f"{c['steps']} steps; probe EM {c['probe_em']:.3f} (a probe that answers correctly is "
+                              "what gives a dead-end group a gradient towards the answer)."]
+            if r is not None and (c["dropped_groups"] or c["extra_rounds"]):
+                lines += ["", f"{n}: {c['dropped_groups']} groups dropped for zero reward variance, "
+                              f"{c['extra_rounds']} extra sampling rounds over {c['steps']} steps."]
         if not missing:
             a = averaged([rows[n] for n in first])  # type: ignore[misc]
             b = averaged([rows[n] for n in second])  # type: ignore[misc]

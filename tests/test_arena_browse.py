@@ -268,3 +268,33 @@ def test_gym_make_names() -> None:
         env = gym.make("searchenv:SearchQA-v0", task=EXAMPLES, retriever=Fixed(), protocol=name)
         obs, _ = env.reset(options={"example_id": "q1"})
         assert ("<relevance>" in obs) == (name == "arena") and ("<open>" in obs) == (name == "browse")
+
+
+_TURN = st.one_of(
+    st.builds(lambda n, p: f"<open> {n} page {p} </open>", st.integers(-3, 10**12), st.integers(-3, 12)),
+    st.builds(lambda n: f"<open>{n}</open>", st.text(max_size=20)),
+    st.builds(lambda q: f"<search> {q} </search>", st.sampled_from(["a", "b", "Karsk", "x" * 600])),
+    st.builds(lambda c, a: f"<relevance>{c}</relevance><analysis>x</analysis><answer>{a}</answer>",
+              st.text(max_size=30), st.text(min_size=1, max_size=20)),
+    _TAGGY,
+)
+
+
+@pytest.mark.parametrize("name", ["arena", "browse"])
+@settings(max_examples=150, deadline=None)
+@given(turns=st.lists(_TURN, min_size=1, max_size=6))
+def test_any_episode_stays_in_its_spaces_and_sums_its_terms(name: str, turns: list[str]) -> None:
+    env = SearchQAEnv(EXAMPLES, retriever=Fixed(), protocol=name, reward="arena" if name == "arena" else "default",
+                      max_turns=4, max_doc_chars=200)
+    obs, _ = env.reset(options={"example_id": "q1"})
+    for turn in turns:
+        obs, reward, term, trunc, info = env.step(turn)
+        assert obs in env.observation_space
+        assert info["action_type"] in {"search", "open", "answer", "invalid"}
+        assert sum(info["reward_terms"].values()) == pytest.approx(float(reward))
+        if info["action_type"] == "open":
+            assert 1 <= info["opened"]["page"] <= info["opened"]["pages"]
+        for doc_id in info.get("cited_doc_ids", []):
+            assert doc_id in info["episode"]["retrieved_doc_ids"]  # only documents shown can be cited
+        if term or trunc:
+            break

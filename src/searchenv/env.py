@@ -208,7 +208,8 @@ class SearchQAEnv(gym.Env[str, str]):
         self._example: QAExample | None = None
         self._pending: StepRequest | None = None
         self._done = True
-        #: The hits the latest step showed the agent (cut to ``max_doc_chars``, through the refiner).
+        #: The hits the latest step showed the agent, per query: cut to ``max_doc_chars``, through
+        #: the refiner, as the protocol shows them (``browse``: snippets); after an open, the page.
         self.shown_hits: tuple[tuple[Hit, ...], ...] = ()
 
     # ---- episode ---------------------------------------------------------------------------------

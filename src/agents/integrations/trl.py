@@ -35,9 +35,10 @@ all as ``rewards/searchenv_<name>/mean`` and the environment owns the reward.
 Generation uses the model being trained, through TRL's own backend: without vLLM the trainer's
 model (unwrapped for generation, no copy) drives :class:`~agents.policies.hf.HFPolicy`; with
 ``use_vllm=True, vllm_mode="colocate"`` TRL's colocated engine (its weights synced by TRL before
-each rollout) drives :class:`~agents.policies.vllm.VLLMPolicy`. ``vllm_mode="server"`` is refused
-with a clear error: its client takes one sampling setting per batch and no per-turn stop
-strings in a form this adapter has been checked against.
+each rollout) drives :class:`~agents.policies.vllm.VLLMPolicy`; with ``vllm_mode="server"`` (one
+training process: TRL gives only the main process a client) TRL's ``VLLMClient`` drives
+:class:`~agents.policies.vllm.VLLMServerPolicy` (token-id prompts, the protocol's stop strings,
+sampled log-probs), again after TRL has synced the weights.
 """
 
 from __future__ import annotations
@@ -202,9 +203,21 @@ class SearchQARollout:
     def _policy(self, trainer: Any) -> Iterator[Any]:
         """The policy on the trainer's model, through the generation backend TRL was configured with."""
         if getattr(trainer, "use_vllm", False):
-            if getattr(trainer, "vllm_mode", None) != "colocate":
-                raise ValueError("SearchQARollout supports use_vllm with vllm_mode='colocate' (TRL's own engine in "
-                                 "this process); vllm_mode='server' is not supported")
+            mode = getattr(trainer, "vllm_mode", None)
+            if mode == "server":
+                from agents.policies.vllm import VLLMServerPolicy
+
+                processes = int(getattr(trainer.accelerator, "num_processes", 1))
+                client = getattr(trainer.vllm_generation, "vllm_client", None)
+                if processes != 1 or client is None:
+                    raise ValueError(
+                        f"SearchQARollout with vllm_mode='server' needs one training process (got {processes}): TRL "
+                        "gives only the main process a vLLM client; use vllm_mode='colocate' with several processes"
+                    )
+                yield VLLMServerPolicy(client, trainer.processing_class)
+                return
+            if mode != "colocate":
+                raise ValueError(f"SearchQARollout supports vllm_mode='colocate' or 'server', got {mode!r}")
             from agents.policies.vllm import VLLMPolicy
 
             yield VLLMPolicy.from_engine(trainer.vllm_generation.llm)

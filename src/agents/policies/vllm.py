@@ -149,3 +149,71 @@ class VLLMPolicy:
                 reason = "eos"
             results.append(Generation(comp.text, token_ids, logprobs, reason))
         return results
+
+
+class VLLMServerPolicy(VLLMPolicy):
+    """Generation through a vLLM server's completions endpoint, with TRL's ``VLLMClient``.
+
+    This is TRL's ``vllm_mode="server"`` (``trl vllm-serve`` on its own GPUs): TRL syncs the
+    trained weights to the server before each rollout, and this policy sends token-id prompts
+    with the protocol's stop strings (``include_stop_str_in_output``) and asks for the sampled
+    tokens' log-probs, so contexts stay token ids end to end.
+
+    The server takes one seed per request, so a batch with per-prompt seeds is sent with one seed
+    derived from all of them: runs repeat, but an episode's samples depend on which episodes share
+    its batch (unlike :class:`VLLMPolicy` and :class:`~agents.policies.hf.HFPolicy`).
+
+    Args:
+        client: A ``trl.generation.vllm_client.VLLMClient`` (or anything with its ``generate``).
+        tokenizer: The model's tokenizer (the trainer's ``processing_class``).
+    """
+
+    def __init__(self, client: Any, tokenizer: Any) -> None:
+        self.llm = None
+        self.client = client
+        self.tokenizer = tokenizer
+        self.eos_token_ids = frozenset(
+            t for t in (getattr(tokenizer, "eos_token_id", None),) if isinstance(t, int)
+        )
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]] | Sequence[str],
+        *,
+        stop: Sequence[str] = (),
+        max_new_tokens: int = 256,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        seed: int | Sequence[int] | None = None,
+    ) -> list[Generation]:
+        """Continue every prompt in one request (see :class:`~agents.policies.base.Policy`)."""
+        check_sampling(prompts, stop, max_new_tokens, temperature, top_p)
+        ids = [self.encode(p) if isinstance(p, str) else [int(t) for t in p] for p in prompts]
+        if not ids:
+            return []
+        seeds = request_seeds(seed, len(ids))
+        extra: dict[str, Any] = {"stop": list(stop) or None, "include_stop_str_in_output": True}
+        if any(s is not None for s in seeds):
+            extra["seed"] = hash(tuple(seeds)) & 0x7FFFFFFF  # ints hash the same in every process
+        out = self.client.generate(prompts=ids, n=1, temperature=float(temperature),
+                                   top_p=float(top_p) if temperature > 0 else 1.0, max_tokens=max_new_tokens,
+                                   logprobs=0, generation_kwargs=extra)
+        completions = out["completion_ids"]
+        if len(completions) != len(ids):
+            raise RuntimeError(f"the vLLM server returned {len(completions)} completions for {len(ids)} prompts")
+        per_seq = out.get("logprobs") or [None] * len(completions)
+        results = []
+        for comp, lps in zip(completions, per_seq, strict=True):
+            token_ids = tuple(int(t) for t in comp)
+            logprobs = None
+            if lps is not None:
+                logprobs = tuple(float("nan") if not step or step[0] is None else float(step[0]) for step in lps)
+            text = self.decode(token_ids)
+            if any(s in text for s in stop):
+                reason = "stop"
+            elif token_ids and token_ids[-1] in self.eos_token_ids:
+                reason = "eos"
+            else:
+                reason = "length" if len(token_ids) >= max_new_tokens else "eos"
+            results.append(Generation(text, token_ids, logprobs, reason))
+        return results

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 
 from searchenv.corpus import Document, read_corpus, write_corpus
-from searchenv.protocols import Answer, Invalid, Protocol, Search, get_protocol
+from searchenv.protocols import Answer, Invalid, Open, Protocol, Search, get_protocol
 from searchenv.retrievers.base import Hit, Retriever, RetrieverError
 from searchenv.spaces import UnicodeText
 from searchenv.tasks.base import QAExample, SubQuestion, load_task
@@ -33,6 +33,7 @@ __all__ = [
     "Document",
     "Hit",
     "Invalid",
+    "Open",
     "Protocol",
     "QAExample",
     "Retriever",

@@ -103,6 +103,14 @@ class VLLMPolicy:
         """Token ids of a chat with the chat template and the assistant generation prompt."""
         return chat_template_ids(self.tokenizer, messages)
 
+    def _prepare(self, prompts: Sequence[Sequence[int]] | Sequence[str], stop: Sequence[str], max_new_tokens: int,
+                 temperature: float, top_p: float, seed: int | Sequence[int] | None,
+                 ) -> tuple[list[list[int]], list[int | None]]:
+        """Checked sampling settings: the prompts as token ids, and one seed (or None) per prompt."""
+        check_sampling(prompts, stop, max_new_tokens, temperature, top_p)
+        ids = [self.encode(p) if isinstance(p, str) else [int(t) for t in p] for p in prompts]
+        return ids, request_seeds(seed, len(ids))
+
     def generate(
         self,
         prompts: Sequence[Sequence[int]] | Sequence[str],
@@ -117,9 +125,7 @@ class VLLMPolicy:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
-        check_sampling(prompts, stop, max_new_tokens, temperature, top_p)
-        ids = [self.encode(p) if isinstance(p, str) else [int(t) for t in p] for p in prompts]
-        seeds = request_seeds(seed, len(ids))
+        ids, seeds = self._prepare(prompts, stop, max_new_tokens, temperature, top_p, seed)
         params = [
             SamplingParams(
                 n=1,
@@ -187,11 +193,9 @@ class VLLMServerPolicy(VLLMPolicy):
         seed: int | Sequence[int] | None = None,
     ) -> list[Generation]:
         """Continue every prompt in one request (see :class:`~agents.policies.base.Policy`)."""
-        check_sampling(prompts, stop, max_new_tokens, temperature, top_p)
-        ids = [self.encode(p) if isinstance(p, str) else [int(t) for t in p] for p in prompts]
+        ids, seeds = self._prepare(prompts, stop, max_new_tokens, temperature, top_p, seed)
         if not ids:
             return []
-        seeds = request_seeds(seed, len(ids))
         extra: dict[str, Any] = {"stop": list(stop) or None, "include_stop_str_in_output": True}
         if any(s is not None for s in seeds):
             extra["seed"] = hash(tuple(seeds)) & 0x7FFFFFFF  # ints hash the same in every process

@@ -464,7 +464,7 @@ def question_kind(example: Any) -> str:
     return "single-hop" if example.type == "single-hop" else f"{example.type}-{example.hops}hop"
 
 
-class PerKindPolicy:
+class PerKindPolicy(FixedPolicy):
     """The fixed policy that earned most on training questions of the same kind.
 
     Args:
@@ -478,15 +478,11 @@ class PerKindPolicy:
             raise ValueError(f"unknown fixed policies {sorted(unknown)}; known: {', '.join(FIXED_POLICIES)}")
         self.choice = dict(choice)
         self.default = default
-        self._actions = FIXED_POLICIES[default]
+        super().__init__(FIXED_POLICIES[default])
 
     def start(self, env: MacroActionEnv) -> None:
         """Pick the sequence for this episode's question kind."""
-        self._actions = FIXED_POLICIES[self.choice.get(question_kind(env.base.example), self.default)]
-
-    def __call__(self, obs: np.ndarray, step: int) -> int:
-        """The action at ``step``."""
-        return int(self._actions[min(step, len(self._actions) - 1)])
+        self.actions = FIXED_POLICIES[self.choice.get(question_kind(env.base.example), self.default)]
 
 
 def probe_score(env: MacroActionEnv) -> float:
@@ -495,7 +491,7 @@ def probe_score(env: MacroActionEnv) -> float:
     return float(hits[0][0].score) if hits and hits[0] else float("-inf")
 
 
-class ThresholdFetch:
+class ThresholdFetch(FixedPolicy):
     """Fetch or skip by retrieval similarity ("RL for RAG chatbots"' similarity baseline).
 
     Search the question and answer from what it returns when the retriever's best score for the
@@ -509,16 +505,12 @@ class ThresholdFetch:
 
     def __init__(self, threshold: float) -> None:
         self.threshold = float(threshold)
-        self._actions = FIXED_POLICIES["answer-now"]
+        super().__init__(FIXED_POLICIES["answer-now"])
 
     def start(self, env: MacroActionEnv) -> None:
         """Decide fetch or skip for this episode's question."""
         fetch = probe_score(env) >= self.threshold
-        self._actions = FIXED_POLICIES["search-once" if fetch else "answer-now"]
-
-    def __call__(self, obs: np.ndarray, step: int) -> int:
-        """The action at ``step``."""
-        return int(self._actions[min(step, len(self._actions) - 1)])
+        self.actions = FIXED_POLICIES["search-once" if fetch else "answer-now"]
 
 
 def fit_baselines(env: MacroActionEnv, *, limit: int | None = None) -> dict[str, Any]:

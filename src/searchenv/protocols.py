@@ -151,6 +151,13 @@ def _blocks(text: str, pattern: re.Pattern[str]) -> tuple[list[_Block], str | No
     return blocks, None
 
 
+def _check_positive(**values: object) -> None:
+    """Raise ``ValueError`` naming the first option that is not a positive integer."""
+    for field, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{field} must be a positive integer, got {value!r}")
+
+
 class Protocol:
     """Base class: parse a model turn, render search results and format errors.
 
@@ -174,13 +181,7 @@ class Protocol:
     def __init__(
         self, *, max_turn_chars: int = 4096, max_query_chars: int = 512, max_queries: int = 1
     ) -> None:
-        for field, value in (
-            ("max_turn_chars", max_turn_chars),
-            ("max_query_chars", max_query_chars),
-            ("max_queries", max_queries),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{field} must be a positive integer, got {value!r}")
+        _check_positive(max_turn_chars=max_turn_chars, max_query_chars=max_query_chars, max_queries=max_queries)
         self.max_turn_chars = max_turn_chars
         self.max_query_chars = max_query_chars
         self.max_queries = max_queries
@@ -483,9 +484,7 @@ class BrowseProtocol(Protocol):
 
     def __init__(self, *, snippet_chars: int = 160, page_chars: int = 1000, **kwargs: int) -> None:
         super().__init__(**kwargs)
-        for field, value in (("snippet_chars", snippet_chars), ("page_chars", page_chars)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{field} must be a positive integer, got {value!r}")
+        _check_positive(snippet_chars=snippet_chars, page_chars=page_chars)
         self.snippet_chars = snippet_chars
         self.page_chars = page_chars
 

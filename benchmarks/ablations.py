@@ -47,6 +47,7 @@ import argparse
 import copy
 import json
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -186,10 +187,42 @@ def _arm_out(args: argparse.Namespace, name: str) -> Path:
     return Path(ARMS[name].out) if ARMS[name].out else args.out
 
 
+def committed_arm(name: str) -> dict[str, Any] | None:
+    """The arm as a committed ``benchmarks/results/ablation_*.json`` records it, or None.
+
+    Run folders (``runs/``) do not outlive the machine that trained them; the committed results
+    hold each finished arm's per-question outcomes and curve statistics (and, for arms reported
+    since curves were stored, the training curve), so a later session can add the missing arms
+    of a comparison without training the finished ones again.
+    """
+    for path in sorted(RESULTS.glob("ablation_*.json")):
+        try:
+            row = (json.loads(path.read_text(encoding="utf-8")).get("arms") or {}).get(name)
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(row, dict) and row.get("per_question"):
+            return {**row, "recorded_in": path.name}
+    return None
+
+
 def load_arm(args: argparse.Namespace, name: str) -> dict[str, Any] | None:
+    """A finished arm: from its run folder, else from the committed results; None if not run yet."""
     arm = ARMS[name]
     path = _arm_out(args, name) / f"{arm.reuse or 'ablation_' + name}.json"
-    return dict(json.loads(path.read_text())) if path.is_file() else None
+    return dict(json.loads(path.read_text())) if path.is_file() else committed_arm(name)
+
+
+_CURVE_STATS = ("zero_variance_share", "entropy_last5", "generated_tokens", "train_seconds", "steps", "probe_groups",
+                "probe_episodes", "probe_em", "dropped_groups", "extra_rounds")
+
+
+def curve_records(args: argparse.Namespace, name: str) -> list[dict[str, Any]]:
+    """The arm's training records: its ``metrics.jsonl``, else the curve the committed results kept."""
+    path = arm_run_dir(args, name) / "metrics.jsonl"
+    if path.is_file():
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    stored = committed_arm(name)
+    return list(stored.get("curve") or []) if stored else []
 
 
 def arm_run_dir(args: argparse.Namespace, name: str) -> Path:
@@ -198,12 +231,13 @@ def arm_run_dir(args: argparse.Namespace, name: str) -> Path:
 
 def curve_stats(args: argparse.Namespace, name: str) -> dict[str, float | None]:
     """From the arm's metrics.jsonl: zero-variance share, entropy of the last 5 steps, generated tokens."""
-    path = arm_run_dir(args, name) / "metrics.jsonl"
-    if not path.is_file():
-        return {"zero_variance_share": None, "entropy_last5": None, "generated_tokens": None, "train_seconds": None,
-                "steps": 0, "probe_groups": 0, "probe_episodes": 0, "probe_em": None, "dropped_groups": 0,
-                "extra_rounds": 0}
-    recs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    recs = curve_records(args, name)
+    if not recs:
+        stored = committed_arm(name) or {}
+        empty: dict[str, float | None] = {"zero_variance_share": None, "entropy_last5": None, "generated_tokens": None,
+                                          "train_seconds": None, "steps": 0, "probe_groups": 0, "probe_episodes": 0,
+                                          "probe_em": None, "dropped_groups": 0, "extra_rounds": 0}
+        return {k: stored.get(k, v) for k, v in empty.items()}
     groups = sum(r.get("groups", 0) for r in recs)
     last = [r["entropy"] for r in recs[-5:] if "entropy" in r]
     generated = sum(r.get("generated_tokens", r.get("episodes", 0) * r.get("response_tokens", 0)) for r in recs)
@@ -261,7 +295,8 @@ def report(args: argparse.Namespace) -> None:
                              f"{r['eval_seconds'] / r['n']:.2f} | {'' if zv is None else f'{zv:.0%}'} | "
                              f"{'' if ent is None else f'{ent:.3f}'} | {'' if gen is None else f'{gen:,.0f}'} | "
                              f"{(c['train_seconds'] or r['train_seconds']) / 60:.0f} |")
-                data["arms"][n] = {**{k: v for k, v in r.items() if k != "examples"}, **c}
+                data["arms"][n] = {**{k: v for k, v in r.items() if k not in ("examples", "recorded_in")}, **c,
+                                   "curve": curve_records(args, n)}
         for n, r in rows.items():
             c = curve_stats(args, n)
             if r is not None and c["probe_episodes"]:
@@ -292,11 +327,23 @@ def report(args: argparse.Namespace) -> None:
         else:
             lines += ["", f"Pending: {', '.join(missing)} (run `python benchmarks/ablations.py --arms "
                           f"{','.join(missing)}`)."]
-        runs = [arm_run_dir(args, n) for n in first + second if (arm_run_dir(args, n) / "metrics.jsonl").is_file()]
-        if runs:
-            png = plot_runs(runs, RESULTS / f"ablation_{key}_curves.png", labels=[p.name for p in runs], smooth=5)
+        curves = {n: recs for n in first + second if (recs := curve_records(args, n))}
+        png = RESULTS / f"ablation_{key}_curves.png"
+        if curves:
+            with tempfile.TemporaryDirectory(prefix="ablation-curves-") as tmp:
+                runs = []
+                for n, recs in curves.items():
+                    (Path(tmp) / n).mkdir()
+                    (Path(tmp) / n / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+                    runs.append(Path(tmp) / n)
+                plot_runs(runs, png, labels=[f"ablation_{n}" for n in curves], smooth=5)
+        if png.is_file():
             data["curves_png"] = str(png)
             lines += ["", f"Learning curves: `benchmarks/results/ablation_{key}_curves.png`."]
+            lost = [n for n in first + second if rows.get(n) is not None and n not in curves]
+            if curves and lost:
+                lines += [f"({', '.join(lost)}: trained before curves were kept in the results; its curve is in "
+                          "the figures of the comparisons it was reported with.)"]
         if key == "multi_query":
             lines += ["", "Commands: " + "; ".join(f"`{MULTI_QUERY_RUNS[n]}`" for n in first + second)
                       + ", then `python benchmarks/ablations.py --report`."]

@@ -36,7 +36,8 @@ class ScriptedServer:
 
     async def generate(self, *, request_id: str, prompt_ids: list[int], sampling_params: dict[str, Any],
                        **kwargs: Any) -> TokenOutput:
-        self.requests.append({"prompt_ids": list(prompt_ids), "sampling_params": dict(sampling_params)})
+        self.requests.append({"prompt_ids": list(prompt_ids), "sampling_params": dict(sampling_params),
+                              "request_id": request_id, **kwargs})
         context = self.tokenizer.decode(prompt_ids)
         after = context.split("Question:")[-1]
         text = f"<search> {TOBIN.question} </search>" if "<information>" not in after else \
@@ -125,6 +126,27 @@ def test_browse_opens_run_through_the_loop_masked_out(index: str) -> None:
     assert metrics["opens"] == 1.0 and metrics["em"] == 1.0 and out.num_turns == 6
     env_text = tokenizer.decode([t for t, m in zip(out.response_ids, out.response_mask, strict=True) if m == 0])
     assert "page 1 of 1" in env_text  # the opened page is environment text
+
+
+def test_one_request_id_per_episode_for_sticky_routing(index: str) -> None:
+    # verl's server manager sends every request with one id to the same server, whose prefix cache
+    # then holds the episode's earlier turns: all turns of an episode share an id, episodes differ
+    tokenizer = build_tiny_tokenizer()
+    server = ScriptedServer(tokenizer)
+    loop = _loop(index, tokenizer, server)
+    [row] = task_rows([TOBIN], data_source="searchenv/test", split="train")
+    _run(loop, {"temperature": 1.0}, row)
+    _run(loop, {"temperature": 1.0}, {**row, "priority": 7})
+    first, second = server.requests[:2], server.requests[2:]
+    assert len(first) == len(second) == 2
+    assert first[0]["request_id"] == first[1]["request_id"] != second[0]["request_id"] == second[1]["request_id"]
+    assert "priority" not in first[0] and [r["priority"] for r in second] == [7, 7]  # vLLM schedules by it
+
+    server = ScriptedServer(tokenizer)  # full determinism: the id is the sample's priority, as in verl's loops
+    loop = _loop(index, tokenizer, server)
+    loop.rollout_config.full_determinism = True
+    _run(loop, {"temperature": 1.0}, {**row, "priority": 3})
+    assert [r["request_id"] for r in server.requests] == ["det-3", "det-3"]
 
 
 def test_the_response_budget_ends_the_episode_unanswered(index: str) -> None:

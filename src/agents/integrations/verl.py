@@ -76,17 +76,32 @@ class SearchQAAgentLoop(AgentLoopBase):
 
         return not isinstance(env.retriever, BM25Retriever)
 
-    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
-        """Run one episode for the row in ``kwargs`` with verl's generation servers."""
+    async def run(self, sampling_params: dict[str, Any], priority: int = 0, **kwargs: Any) -> AgentLoopOutput:
+        """Run one episode for the row in ``kwargs`` with verl's generation servers.
+
+        Args:
+            sampling_params: verl's sampling parameters (the loop adds stop strings and ``max_tokens``).
+            priority: The sample's scheduling priority, which verl assigns per sample; passed on to
+                the server manager (vLLM schedules by it) and, under ``full_determinism``, the
+                episode's request id.
+            **kwargs: The dataset row.
+        """
         example = example_from_row(kwargs)
         key, env = _POOL.acquire(self.env_settings, example, self.env_key)
         try:
-            return await self._episode(env, example, sampling_params)
+            return await self._episode(env, example, sampling_params, int(priority))
         finally:
             _POOL.release(key, env)
 
-    async def _episode(self, env: SearchQAEnv, example: Any, sampling_params: dict[str, Any]) -> AgentLoopOutput:
+    async def _episode(self, env: SearchQAEnv, example: Any, sampling_params: dict[str, Any],
+                       priority: int) -> AgentLoopOutput:
         loop = asyncio.get_running_loop()
+        # One request id for the whole episode, as verl's own agent loops do: the server manager
+        # routes a request id to the same server every turn (a sticky session), so each turn's
+        # prompt, which extends the last, hits that server's prefix cache.
+        deterministic = bool(getattr(self.rollout_config, "full_determinism", False))
+        request_id = f"det-{priority}" if deterministic else uuid4().hex
+        extra = {"priority": priority} if priority else {}
         env.reset(options={"example": example})
         prompt_ids = list(await self.ct_build_initial_tokens(env.messages()[:2]))
         stop = tuple(env.protocol.stop)
@@ -103,8 +118,8 @@ class SearchQAAgentLoop(AgentLoopBase):
                 final = env.end_episode("response_length")
                 break
             params = {**sampling_params, "stop": list(stop), "include_stop_str_in_output": True, "max_tokens": budget}
-            out = await self.server_manager.generate(request_id=uuid4().hex, prompt_ids=prompt_ids + response_ids,
-                                                     sampling_params=params)
+            out = await self.server_manager.generate(request_id=request_id, prompt_ids=prompt_ids + response_ids,
+                                                     sampling_params=params, **extra)
             ids = [int(t) for t in out.token_ids][:budget]
             text = _cut_at_stop(self.tokenizer.decode(ids, skip_special_tokens=True), stop)
             response_ids += ids

@@ -196,8 +196,11 @@ def test_retriever_failures_are_503_and_bugs_are_json_500_without_internal_text(
             assert r.json()["error"] == "retrieval failed; the server log has the details"
             assert str(fail) in caplog.text
         fake.fail = None
-        fake.answer = [[object()]]  # a bug while formatting the answer: 500, and no exception text
+        fake.answer = [[object()]]  # an answer that is not hits: the retriever failed, 503
         r = c.post("/retrieve", json={"queries": ["a"]})
+        assert r.status_code == 503 and "list of Hit objects" in caplog.text
+        fake.answer = [[Hit("d1", "t", "x", float("nan"))]]  # a bug while answering (NaN is not JSON): 500
+        r = c.post("/retrieve", json={"queries": ["a"], "return_scores": True})
         assert r.status_code == 500
         assert r.json() == {"error": "internal server error; the server log has the details",
                             "detail": "internal server error; the server log has the details"}

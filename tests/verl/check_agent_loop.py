@@ -20,6 +20,7 @@ from verl.workers.rollout.replica import TokenOutput
 
 from agents.integrations.verl import SearchQAAgentLoop
 from searchenv.env import SearchQAEnv
+from searchenv.retrievers.base import RetrieverError
 from searchenv.retrievers.bm25 import BM25Retriever
 from searchenv.tasks.rows import task_rows
 
@@ -126,6 +127,64 @@ def test_browse_opens_run_through_the_loop_masked_out(index: str) -> None:
     assert metrics["opens"] == 1.0 and metrics["em"] == 1.0 and out.num_turns == 6
     env_text = tokenizer.decode([t for t, m in zip(out.response_ids, out.response_mask, strict=True) if m == 0])
     assert "page 1 of 1" in env_text  # the opened page is environment text
+
+
+class LockstepServer(ScriptedServer):
+    """Answers a round of ``n`` concurrent requests together, as a generation server returns a batch."""
+
+    def __init__(self, tokenizer: Any, n: int) -> None:
+        super().__init__(tokenizer)
+        self.n, self.arrived = n, 0
+        self.gate: asyncio.Event | None = None
+
+    async def generate(self, *, request_id: str, prompt_ids: list[int], sampling_params: dict[str, Any],
+                       **kwargs: Any) -> TokenOutput:
+        if self.gate is None:
+            self.gate = asyncio.Event()
+        gate, self.arrived = self.gate, self.arrived + 1
+        if self.arrived == self.n:  # the round is complete: release it, open the next
+            self.arrived, self.gate = 0, None
+            gate.set()
+        await gate.wait()
+        return await super().generate(request_id=request_id, prompt_ids=prompt_ids,
+                                      sampling_params=sampling_params, **kwargs)
+
+
+def _run_all(loop: SearchQAAgentLoop, rows: list[dict[str, Any]]) -> list[Any]:
+    async def gather() -> list[Any]:  # every sample at once, as verl's agent-loop worker runs them
+        return list(await asyncio.gather(*(loop.run({"temperature": 1.0}, **row) for row in rows)))
+
+    return loop.loop.run_until_complete(gather())
+
+
+def test_concurrent_episodes_search_in_one_call_with_the_same_results(index: str,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    tokenizer = build_tiny_tokenizer()
+    rows = task_rows(EXAMPLES[:4], data_source="searchenv/test", split="train")
+    calls: list[int] = []
+    search_batch = BM25Retriever.search_batch
+
+    def counted(self: BM25Retriever, queries: list[str], k: int) -> Any:
+        calls.append(len(queries))
+        return search_batch(self, queries, k)
+
+    monkeypatch.setattr(BM25Retriever, "search_batch", counted)
+    outs, searches = {}, {}
+    for batch in (True, False):
+        calls.clear()
+        outs[batch] = _run_all(_loop(index, tokenizer, LockstepServer(tokenizer, 4), batch_searches=batch), rows)
+        searches[batch] = list(calls)
+    assert searches[False] == [1, 1, 1, 1] and searches[True] == [4]  # one call for the round's four searches
+    for a, b in zip(outs[True], outs[False], strict=True):  # token for token the same episodes
+        assert (a.prompt_ids, a.response_ids, a.response_mask, a.reward_score) == \
+            (b.prompt_ids, b.response_ids, b.response_mask, b.reward_score)
+
+    def failing(self: BM25Retriever, queries: list[str], k: int) -> Any:
+        raise RetrieverError("index went away")
+
+    monkeypatch.setattr(BM25Retriever, "search_batch", failing)  # a failed batch: each episode's infra error
+    outs[True] = _run_all(_loop(index, tokenizer, LockstepServer(tokenizer, 4)), rows)
+    assert [o.extra_fields["searchenv_metrics"]["infra_errors"] for o in outs[True]] == [1.0] * 4
 
 
 def test_one_request_id_per_episode_for_sticky_routing(index: str) -> None:

@@ -8,10 +8,13 @@ verl's agent loop workers instantiate the loop per sample and call ``run(samplin
    ``include_stop_str_in_output``) and at most ``max_new_tokens`` (bounded by what is left of
    ``rollout.response_length``);
 2. hand the text (decoded, cut after the first stop string) to ``SearchQAEnv.prepare_step``,
-   search, ``finish_step``; the search runs in a worker thread so a slow retriever (a server, a
-   dense encoder) does not hold up the other episodes on verl's event loop, except for an
-   in-memory BM25 index (sub-millisecond searches, cheaper inline than the thread hop;
-   ``search_in_thread`` overrides);
+   search, ``finish_step``. verl runs every sample of a batch at once on one event loop, so the
+   searches of the episodes whose turns are ready together are gathered into one
+   ``search_batch`` call (:class:`searchenv.retrievers.batching.MicroBatcher`, on a worker
+   thread: a slow retriever, a server or a dense encoder, never holds up the event loop), as the
+   rollout engine gathers each turn's queries; a failed search is an infrastructure error of
+   every episode in its batch. ``batch_searches: false`` searches each episode on its own, in a
+   worker thread except for an in-memory BM25 index (``search_in_thread`` overrides);
 3. append the generated ids as generated (``response_mask`` 1, their log-probs) and the
    environment's reply encoded once (``response_mask`` 0, log-prob 0).
 
@@ -22,8 +25,9 @@ own reward function for these samples), and ``extra_fields`` carry ``searchenv_m
 Settings come from the trainer config's ``searchenv`` block (``+searchenv.retriever=...`` on the
 command line; see ``docs/verl_searchqa_grpo.yaml``): ``retriever`` (index folder or server URL),
 ``corpus``, ``protocol``, ``reward``, ``top_k``, ``max_turns``, ``max_doc_chars``,
-``max_new_tokens``, ``search_in_thread``. Rows are those ``searchenv rows`` writes (the question, gold answers and
-evidence are read with :func:`searchenv.tasks.rows.example_from_row`). The environment objects
+``max_new_tokens``, ``batch_searches``, ``search_in_thread``. Rows are those
+``searchenv rows`` writes (the question, gold answers and evidence are read with
+:func:`searchenv.tasks.rows.example_from_row`). The environment objects
 are pooled per process, so the index is opened once.
 
 Needs ``verl`` (its own virtual environment: it pins its own transformers; see docs/engines.md).
@@ -32,6 +36,7 @@ Needs ``verl`` (its own virtual environment: it pins its own transformers; see d
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Any
 from uuid import uuid4
 
@@ -39,11 +44,24 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutp
 
 from searchenv.env import SearchQAEnv, episode_metrics, search_or_error
 from searchenv.envpool import EnvPool
+from searchenv.retrievers.base import Hit
+from searchenv.retrievers.batching import MicroBatcher
 from searchenv.tasks.rows import example_from_row
 
 _ENV_KEYS = frozenset({"retriever", "corpus", "protocol", "reward", "top_k", "max_turns", "max_doc_chars"})
-_LOOP_KEYS = frozenset({"max_new_tokens", "search_in_thread"})
+_LOOP_KEYS = frozenset({"max_new_tokens", "batch_searches", "search_in_thread"})
 _POOL = EnvPool()  # verl instantiates the loop per sample: environments are reused across samples
+_BATCHERS: dict[int, MicroBatcher] = {}  # one per retriever object (pooled environments share it)
+_BATCHERS_LOCK = threading.Lock()
+
+
+def _batcher(retriever: Any) -> MicroBatcher:
+    """The process's :class:`MicroBatcher` over ``retriever`` (it holds the retriever, so its id stays unique)."""
+    with _BATCHERS_LOCK:
+        batcher = _BATCHERS.get(id(retriever))
+        if batcher is None or batcher.retriever is not retriever:
+            batcher = _BATCHERS[id(retriever)] = MicroBatcher(retriever)
+        return batcher
 
 
 def _cut_at_stop(text: str, stop: tuple[str, ...]) -> str:
@@ -60,6 +78,7 @@ class SearchQAAgentLoop(AgentLoopBase):
         super().__init__(*args, **kwargs)
         settings = dict(self.config.get("searchenv", {}) or {})
         self.max_new_tokens = int(settings.pop("max_new_tokens", 256))
+        self.batch_searches = bool(settings.pop("batch_searches", True))
         self.search_in_thread: bool | None = settings.pop("search_in_thread", None)
         unknown = set(settings) - _ENV_KEYS
         if unknown:
@@ -128,8 +147,13 @@ class SearchQAAgentLoop(AgentLoopBase):
             logprobs += [float(x) for x in lps] + [0.0] * (len(ids) - len(lps))
             turns += 1
             request = env.prepare_step(text)
-            hits = None
-            if request.queries and in_thread:  # do not hold up the other episodes on this event loop
+            hits: list[list[Hit]] | Exception | None = None
+            if request.queries and self.batch_searches:  # with the other episodes' searches of this moment
+                try:
+                    hits = await _batcher(env.retriever).search(request.queries, env.top_k)
+                except Exception as exc:  # any retriever failure is an infrastructure error, as search_or_error
+                    hits = exc
+            elif request.queries and in_thread:  # do not hold up the other episodes on this event loop
                 hits = await loop.run_in_executor(None, search_or_error, env.retriever, request.queries, env.top_k)
             elif request.queries:
                 hits = search_or_error(env.retriever, request.queries, env.top_k)

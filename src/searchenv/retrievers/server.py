@@ -48,11 +48,9 @@ import asyncio
 import hmac
 import ipaddress
 import logging
-import threading
 from collections.abc import AsyncIterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import h11
@@ -66,7 +64,8 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from searchenv.corpus import Document
 from searchenv.httpclient import check_token
 from searchenv.jsonsafe import DEFAULT_MAX_DEPTH, JSONInputError, loads
-from searchenv.retrievers.base import Hit, Retriever, RetrieverError, check_k
+from searchenv.retrievers.base import Hit, Retriever, check_k
+from searchenv.retrievers.batching import MicroBatcher
 
 #: Host names accepted in the ``Host`` header by default (IP addresses always are).
 DEFAULT_ALLOWED_HOSTS = ("localhost",)
@@ -94,156 +93,6 @@ class ServerLimits:
         for name, value in asdict(self).items():
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"ServerLimits.{name} must be a positive integer, got {value!r}")
-
-
-@dataclass
-class _Pending:
-    queries: list[str]
-    k: int
-    future: asyncio.Future[list[list[Hit]]]
-
-
-@dataclass
-class BatchStats:
-    """Counters of a :class:`MicroBatcher`.
-
-    Attributes:
-        requests: Requests answered (or failed).
-        queries: Queries searched.
-        search_calls: ``search_batch`` calls made.
-        largest_batch: Most queries in one ``search_batch`` call.
-    """
-
-    requests: int = 0
-    queries: int = 0
-    search_calls: int = 0
-    largest_batch: int = 0
-
-    def as_dict(self) -> dict[str, float]:
-        """The counters plus ``mean_batch`` (queries per search call)."""
-        d: dict[str, float] = {k: float(v) for k, v in asdict(self).items()}
-        d["mean_batch"] = self.queries / self.search_calls if self.search_calls else 0.0
-        return d
-
-
-@dataclass
-class MicroBatcher:
-    """Gathers concurrent searches into one ``search_batch`` call per distinct ``k``.
-
-    Searches run on a dedicated thread pool (``workers`` threads, default one), never on the
-    event loop. With ``enabled=False`` every request is searched on its own (same thread pool),
-    which is what batching is measured against.
-
-    Attributes:
-        retriever: The retriever to call.
-        window_s: How long the first request of a batch waits for company, in seconds (0: it is
-            searched at once; requests that arrive while a search runs form the next batch).
-        max_batch: Most queries gathered into one call (a larger request is searched alone).
-        enabled: Gather requests; if false, one ``search_batch`` per request.
-        workers: Threads that run searches.
-    """
-
-    retriever: Retriever
-    window_s: float = 0.0
-    max_batch: int = 256
-    enabled: bool = True
-    workers: int = 1
-    stats: BatchStats = field(default_factory=BatchStats)
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.window_s <= 1:
-            raise ValueError(f"window_s must be between 0 and 1 second, got {self.window_s!r}")
-        check_k(self.max_batch)
-        check_k(self.workers)
-        self._executor = ThreadPoolExecutor(self.workers, thread_name_prefix="searchenv-search")
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._queue: asyncio.Queue[_Pending] | None = None
-        self._consumers: list[asyncio.Task[None]] = []
-        self._lock = threading.Lock()
-
-    def _ensure_running(self) -> asyncio.Queue[_Pending]:
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            if self._loop is not loop or self._queue is None:
-                # First request, or a new event loop (e.g. a test client that opened another one).
-                self._loop = loop
-                self._queue = asyncio.Queue()
-                self._consumers = [loop.create_task(self._consume(self._queue)) for _ in range(self.workers)]
-            return self._queue
-
-    async def search(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
-        """Search ``queries`` with the others that arrive within the window.
-
-        Raises:
-            RetrieverError: If the retriever fails (every request of the batch gets the error).
-        """
-        queries = list(queries)
-        if not queries:
-            self.stats.requests += 1
-            return []
-        loop = asyncio.get_running_loop()
-        if not self.enabled:
-            self._count(1, len(queries))
-            return await loop.run_in_executor(self._executor, self.retriever.search_batch, queries, k)
-        queue = self._ensure_running()
-        future: asyncio.Future[list[list[Hit]]] = loop.create_future()
-        await queue.put(_Pending(queries, k, future))
-        return await future
-
-    def _count(self, requests: int, queries: int) -> None:
-        self.stats.requests += requests
-        self.stats.queries += queries
-        self.stats.search_calls += 1
-        self.stats.largest_batch = max(self.stats.largest_batch, queries)
-
-    async def _consume(self, queue: asyncio.Queue[_Pending]) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            batch = [await queue.get()]
-            size = len(batch[0].queries)
-            # This worker is idle, so nothing is gained by making the request wait: search what is
-            # queued now; requests that arrive while the search runs queue up and form the next batch.
-            if size < self.max_batch and self.window_s > 0:
-                await asyncio.sleep(self.window_s)
-            while size < self.max_batch and not queue.empty():
-                item = queue.get_nowait()
-                batch.append(item)
-                size += len(item.queries)
-            groups: dict[int, list[_Pending]] = {}
-            for item in batch:
-                if not item.future.done():  # skip requests whose client went away
-                    groups.setdefault(item.k, []).append(item)
-            for k, items in groups.items():
-                queries = [q for it in items for q in it.queries]
-                self._count(len(items), len(queries))
-                try:
-                    results = await loop.run_in_executor(self._executor, self.retriever.search_batch, queries, k)
-                    if len(results) != len(queries):
-                        raise RetrieverError(f"retriever answered {len(results)} of {len(queries)} queries")
-                except Exception as exc:  # handed to every waiting request, which answers 503
-                    for it in items:
-                        if not it.future.done():
-                            it.future.set_exception(exc)
-                    continue
-                pos = 0
-                for it in items:
-                    part = results[pos : pos + len(it.queries)]
-                    pos += len(it.queries)
-                    if not it.future.done():
-                        it.future.set_result(part)
-
-    async def aclose(self) -> None:
-        """Stop the consumers and the worker threads."""
-        for task in self._consumers:
-            task.cancel()
-        for task in self._consumers:
-            try:
-                await task
-            except (asyncio.CancelledError, RuntimeError):
-                pass
-        self._consumers = []
-        self._queue = None
-        self._executor.shutdown(wait=False, cancel_futures=True)
 
 
 class SearchR1Request(BaseModel):

@@ -246,13 +246,20 @@ def main() -> None:
     ])
     if verl:
         med_v = {k: 1000 * statistics.median(verl[k]) / args.n for k in ("plain", "verl", "server", "tokenize")}
+        med_v.update({k: 1000 * statistics.median(verl[k]) / args.n for k in ("verl_unbatched", "server_unbatched")})
         rows["verl"] = verl["median_overhead_vs_engine"][0]
+        rows["verl-unbatched"] = verl["median_overhead_vs_engine_unbatched"][0]
         rows["verl-vs-plain-env"] = verl["median_overhead"][0]
         engine = 1000 * statistics.median(verl["engine_outside_generation"]) / args.n
+        [batches] = verl["search_batches"] or [{"mean_batch": 0.0}]
         table += "\n" + (
             f"| verl `SearchQAAgentLoop` vs the rollout engine on the same token-level episodes (in .venv-verl; "
-            f"generation time left out of both) | {med_v['verl'] - med_v['server']:.3f} | {engine:.3f} | "
-            f"{100 * rows['verl']:+.0f}% | {'met' if rows['verl'] < 0.05 else 'not met'} |"
+            f"generation time left out of both; concurrent episodes' searches gathered, "
+            f"{batches['mean_batch']:.0f} queries per call) | {med_v['verl'] - med_v['server']:.3f} | {engine:.3f} | "
+            f"{100 * rows['verl']:+.1f}% | {'met' if rows['verl'] < 0.05 else 'not met'} |\n"
+            f"| the same with `batch_searches: false` (one search call per episode and turn) | "
+            f"{med_v['verl_unbatched'] - med_v['server_unbatched']:.3f} | {engine:.3f} | "
+            f"{100 * rows['verl-unbatched']:+.1f}% | {'met' if rows['verl-unbatched'] < 0.05 else 'not met'} |"
         )
     if ray_rows:
         one, two = statistics.median(ray_rows["1x64"]), statistics.median(ray_rows["2x32"])

@@ -4,8 +4,10 @@ The same scripted synthetic-2hop episodes (search the question twice, answer) th
 :class:`agents.integrations.verl.SearchQAAgentLoop`, with a scripted stand-in for verl's
 generation server (its time is measured and left out), against a plain ``SearchQAEnv`` loop and
 against this package's rollout engine running the same token-level episodes (its time outside
-generation: prompts, parsing, retrieval, encoding replies), in the same process. Prints one JSON
-object: seconds per repeat of each, and of the stand-in.
+generation: prompts, parsing, retrieval, encoding replies), in the same process; the loop runs
+twice per repeat, as configured by default (the searches of concurrent episodes gathered into one
+``search_batch`` call) and with ``batch_searches: false``. Prints one JSON object: seconds per
+repeat of each, of the stand-in, and the batcher's counters.
 
 Usage: .venv-verl/bin/python benchmarks/engines_verl.py --n 200 --repeats 5
 """
@@ -70,13 +72,20 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(str(resolve_model_path("SmolLM2-135M-Instruct")))
     server = ScriptedServer(tokenizer)
     asyncio.set_event_loop(asyncio.new_event_loop())
-    config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"prompt_length": 2048, "response_length": 4096}},
-                               "searchenv": {"retriever": args.index, "max_turns": 4, "max_new_tokens": 128}})
-    loop = SearchQAAgentLoop(trainer_config=DictConfigWrap(config), server_manager=server, tokenizer=tokenizer,
-                             processor=None, dataset_cls=None, data_config=DictConfigWrap(OmegaConf.create({})))
+
+    def agent_loop(**settings: Any) -> SearchQAAgentLoop:
+        config = OmegaConf.create({
+            "actor_rollout_ref": {"rollout": {"prompt_length": 2048, "response_length": 4096}},
+            "searchenv": {"retriever": args.index, "max_turns": 4, "max_new_tokens": 128, **settings}})
+        return SearchQAAgentLoop(trainer_config=DictConfigWrap(config), server_manager=server, tokenizer=tokenizer,
+                                 processor=None, dataset_cls=None, data_config=DictConfigWrap(OmegaConf.create({})))
+
+    # the loop as configured by default (concurrent episodes' searches gathered), and each episode
+    # searching on its own (batch_searches: false), to show what the gathering is worth
+    loops = {"verl": agent_loop(), "verl_unbatched": agent_loop(batch_searches=False)}
     env = SearchQAEnv(examples, retriever=args.index, max_turns=4)
 
-    async def episodes() -> None:  # all samples at once, as verl's AgentLoopWorker runs them (asyncio.gather)
+    async def episodes(loop: SearchQAAgentLoop) -> None:  # all samples at once, as verl's worker runs them
         await asyncio.gather(*(loop.run({"temperature": 1.0}, **row) for row in rows))
 
     from agents.rollout import rollout
@@ -84,8 +93,10 @@ def main() -> None:
 
     policy = ScriptedTokens(tokenizer)
     engine_env = SearchQAEnv(examples, retriever=args.index, max_turns=4)
-    out: dict[str, list[float]] = {k: [] for k in ("plain", "verl", "server", "tokenize",
-                                                    "engine_outside_generation", "engine_env_retrieval")}
+    out: dict[str, list[float]] = {k: [] for k in ("plain", "verl", "server", "verl_unbatched", "server_unbatched",
+                                                    "tokenize", "engine_outside_generation", "engine_env_retrieval")}
+    for loop in loops.values():  # untimed warm-up: first-call costs (thread pools, tokenizer caches) left out
+        loop.loop.run_until_complete(episodes(loop))
     for _ in range(args.repeats):
         start = time.perf_counter()
         for ex in examples:
@@ -94,11 +105,12 @@ def main() -> None:
                          "<answer> unknown </answer>"):
                 env.step(turn)
         out["plain"].append(time.perf_counter() - start)
-        server.seconds = 0.0
-        start = time.perf_counter()
-        loop.loop.run_until_complete(episodes())
-        out["verl"].append(time.perf_counter() - start)
-        out["server"].append(server.seconds)
+        for name, loop in loops.items():
+            server.seconds = 0.0
+            start = time.perf_counter()
+            loop.loop.run_until_complete(episodes(loop))
+            out[name].append(time.perf_counter() - start)
+            out[name.replace("verl", "server")].append(server.seconds)
         # the tokenizer work the loop itself must do: the prompt, each turn decoded, each reply encoded
         start = time.perf_counter()
         for ex in examples:
@@ -118,9 +130,14 @@ def main() -> None:
         out["engine_env_retrieval"].append(stats.environment_seconds + stats.retrieval_seconds)
     out["median_overhead"] = [statistics.median(
         (v - s - p) / p for v, s, p in zip(out["verl"], out["server"], out["plain"], strict=True))]
-    out["median_overhead_vs_engine"] = [statistics.median(
-        (v - s - e) / r for v, s, e, r in zip(out["verl"], out["server"], out["engine_outside_generation"],
-                                              out["engine_env_retrieval"], strict=True))]
+    for name in loops:
+        suffix = name.removeprefix("verl")
+        out[f"median_overhead_vs_engine{suffix}"] = [statistics.median(
+            (v - s - e) / r for v, s, e, r in zip(out[name], out[f"server{suffix}"], out["engine_outside_generation"],
+                                                  out["engine_env_retrieval"], strict=True))]
+    from agents.integrations.verl import _BATCHERS
+
+    out["search_batches"] = [b.stats.as_dict() for b in _BATCHERS.values()]  # type: ignore[misc]
     out["median_overhead_beyond_tokenizing"] = [statistics.median(
         (v - s - p - t) / p for v, s, p, t in zip(out["verl"], out["server"], out["plain"], out["tokenize"],
                                                   strict=True))]

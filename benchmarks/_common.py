@@ -24,12 +24,15 @@ def machine() -> dict[str, Any]:
     }
 
 
-def write_results(name: str, data: dict[str, Any], table: str) -> None:
-    """Write ``results/<name>.json`` and ``results/<name>.md`` (a Markdown table plus the command), each atomically."""
+def write_results(name: str, data: dict[str, Any], table: str, command: str | None = None) -> None:
+    """Write ``results/<name>.json`` and ``results/<name>.md`` (a Markdown table plus the command), each atomically.
+
+    ``command`` is the command line that measured it (default ``python benchmarks/<name>.py``).
+    """
     RESULTS.mkdir(parents=True, exist_ok=True)
-    data = {"benchmark": name, "machine": machine(), **data}
+    cmd = command or f"python benchmarks/{name}.py"
+    data = {"benchmark": name, "machine": machine(), "command": cmd, **data}
     atomic_write_lines(RESULTS / f"{name}.json", json.dumps(data, indent=2).splitlines())
-    cmd = f"python benchmarks/{name}.py"
     atomic_write_lines(RESULTS / f"{name}.md",
                        f"{table.rstrip()}\n\nMeasured with `{cmd}` ({data['machine']['date']}).".splitlines())
     print(table)

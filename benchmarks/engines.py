@@ -273,7 +273,8 @@ def main() -> None:
                               "verl_seconds": verl,
                               "engine_env_retrieval_seconds": env_retrieval, "trl_adapter_seconds": adapter,
                               "overhead": rows,
-                              "load_before": load_before, "load_after": load_after}, table)
+                              "load_before": load_before, "load_after": load_after}, table,
+                  command=" ".join(["python benchmarks/engines.py", *sys.argv[1:]]))
 
 
 if __name__ == "__main__":

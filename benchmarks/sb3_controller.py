@@ -266,7 +266,8 @@ def main() -> None:
         "plot": str(png.relative_to(RESULTS.parent.parent)),
         "runs": runs,
     }
-    write_results(args.name, data, table(runs, cpu, wall))
+    write_results(args.name, data, table(runs, cpu, wall),
+                  command=" ".join(["python benchmarks/sb3_controller.py", *sys.argv[1:]]))
 
 
 if __name__ == "__main__":

@@ -52,7 +52,13 @@ from searchenv.tasks.base import QAExample, load_task  # noqa: E402
 
 def turns(ex: QAExample) -> list[str]:
     """The scripted episode: two searches and an answer."""
-    return [f"<search> {ex.question} </search>", f"<search> {ex.question} </search>", "<answer> unknown </answer>"]
+    return turns_of_row({"question": ex.question})
+
+
+def turns_of_row(row: dict[str, Any]) -> list[str]:
+    """:func:`turns` of a dataset row."""
+    q = row["question"]
+    return [f"<search> {q} </search>", f"<search> {q} </search>", "<answer> unknown </answer>"]
 
 
 class ScriptedTokens:
@@ -102,12 +108,14 @@ def run_skyrl(index: str, examples: Sequence[QAExample]) -> float:
     from searchenv.integrations.skyrl import SearchQASkyRLEnv
 
     config = {"retriever": index}
+    # the dataset rows exist before the trajectories start (SkyRL hands each env its row)
+    rows = [{"question": ex.question, "answers": list(ex.answers), "evidence_ids": list(ex.evidence_ids), "id": ex.id}
+            for ex in examples]
     start = time.perf_counter()
-    for ex in examples:
-        env = SearchQASkyRLEnv(config, {"question": ex.question, "answers": list(ex.answers),
-                                        "evidence_ids": list(ex.evidence_ids), "id": ex.id})
+    for row in rows:
+        env = SearchQASkyRLEnv(config, row)
         env.init()
-        for t in turns(ex):
+        for t in turns_of_row(row):
             env.step(t)
         env.get_metrics()
         env.close()  # as SkyRL's generator does at the end of a trajectory

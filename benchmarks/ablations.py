@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import json
 import sys
 import tempfile
@@ -195,14 +196,28 @@ def committed_arm(name: str) -> dict[str, Any] | None:
     since curves were stored, the training curve), so a later session can add the missing arms
     of a comparison without training the finished ones again.
     """
+    for file, arms in _committed_results():
+        row = arms.get(name)
+        if isinstance(row, dict) and row.get("per_question"):
+            return {**row, "recorded_in": file}
+    return None
+
+
+@functools.cache
+def _committed_results() -> tuple[tuple[str, dict[str, Any]], ...]:
+    """``(file name, arms)`` of every committed ablation result, read once per process.
+
+    Read before this process writes any report, so every lookup sees the results as committed.
+    """
+    out = []
     for path in sorted(RESULTS.glob("ablation_*.json")):
         try:
-            row = (json.loads(path.read_text(encoding="utf-8")).get("arms") or {}).get(name)
+            arms = json.loads(path.read_text(encoding="utf-8")).get("arms") or {}
         except (OSError, ValueError, AttributeError):
             continue
-        if isinstance(row, dict) and row.get("per_question"):
-            return {**row, "recorded_in": path.name}
-    return None
+        if isinstance(arms, dict):
+            out.append((path.name, arms))
+    return tuple(out)
 
 
 def load_arm(args: argparse.Namespace, name: str) -> dict[str, Any] | None:
@@ -210,10 +225,6 @@ def load_arm(args: argparse.Namespace, name: str) -> dict[str, Any] | None:
     arm = ARMS[name]
     path = _arm_out(args, name) / f"{arm.reuse or 'ablation_' + name}.json"
     return dict(json.loads(path.read_text())) if path.is_file() else committed_arm(name)
-
-
-_CURVE_STATS = ("zero_variance_share", "entropy_last5", "generated_tokens", "train_seconds", "steps", "probe_groups",
-                "probe_episodes", "probe_em", "dropped_groups", "extra_rounds")
 
 
 def curve_records(args: argparse.Namespace, name: str) -> list[dict[str, Any]]:
@@ -265,6 +276,7 @@ def report(args: argparse.Namespace) -> None:
     from agents.plot import plot_runs
 
     RESULTS.mkdir(parents=True, exist_ok=True)
+    _committed_results()  # the committed arms, read before this report rewrites any of their files
     for key, (paper, claim, first, second) in COMPARISONS.items():
         rows = {n: load_arm(args, n) for n in first + second}
         missing = [n for n, r in rows.items() if r is None]

@@ -50,15 +50,9 @@ from searchenv.env import SearchQAEnv  # noqa: E402
 from searchenv.tasks.base import QAExample, load_task  # noqa: E402
 
 
-def turns(ex: QAExample) -> list[str]:
-    """The scripted episode: two searches and an answer."""
-    return turns_of_row({"question": ex.question})
-
-
-def turns_of_row(row: dict[str, Any]) -> list[str]:
-    """:func:`turns` of a dataset row."""
-    q = row["question"]
-    return [f"<search> {q} </search>", f"<search> {q} </search>", "<answer> unknown </answer>"]
+def turns(question: str) -> list[str]:
+    """The scripted episode of a question: two searches and an answer."""
+    return [f"<search> {question} </search>", f"<search> {question} </search>", "<answer> unknown </answer>"]
 
 
 class ScriptedTokens:
@@ -99,7 +93,7 @@ def run_plain(env: SearchQAEnv, examples: Sequence[QAExample]) -> float:
     start = time.perf_counter()
     for ex in examples:
         env.reset(options={"example_id": ex.id})
-        for t in turns(ex):
+        for t in turns(ex.question):
             env.step(t)
     return time.perf_counter() - start
 
@@ -115,7 +109,7 @@ def run_skyrl(index: str, examples: Sequence[QAExample]) -> float:
     for row in rows:
         env = SearchQASkyRLEnv(config, row)
         env.init()
-        for t in turns_of_row(row):
+        for t in turns(row["question"]):
             env.step(t)
         env.get_metrics()
         env.close()  # as SkyRL's generator does at the end of a trajectory

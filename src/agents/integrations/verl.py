@@ -124,7 +124,7 @@ class SearchQAAgentLoop(AgentLoopBase):
         env.reset(options={"example": example})
         prompt_ids = list(await self.ct_build_initial_tokens(env.messages()[:2]))
         stop = tuple(env.protocol.stop)
-        in_thread = self._in_thread(env)
+        in_thread = not self.batch_searches and self._in_thread(env)  # only for ungathered searches
         response_ids: list[int] = []
         response_mask: list[int] = []
         logprobs: list[float] = []

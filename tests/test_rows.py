@@ -59,3 +59,18 @@ def test_rows_command_writes_parquet_verl_reads(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="no rows"):
         write_parquet([], tmp_path / "empty.parquet")
     assert sorted(p.name for p in out.parent.iterdir()) == ["train.parquet"]  # no temporary file left
+
+
+@given(text, st.lists(text, min_size=1, max_size=3), st.lists(text, max_size=3), st.sampled_from(["dict", "proxy"]))
+def test_flat_and_nested_rows_read_the_same(question: str, answers: list[str], evidence: list[str],
+                                            info_kind: str) -> None:
+    from types import MappingProxyType
+
+    flat = {"question": question, "answers": answers, "evidence_ids": evidence, "id": 7}
+    info = {"question": question, "answers": answers, "evidence_ids": evidence, "id": 7}
+    nested = {"question": None, "evidence_ids": None, "id": None,
+              "extra_info": info if info_kind == "dict" else MappingProxyType(info)}
+    a, b = example_from_row(flat), example_from_row(nested)
+    assert (a.id, a.question, a.answers, a.evidence_ids) == (b.id, b.question, b.answers, b.evidence_ids)
+    assert (a.id, a.question, a.answers, a.evidence_ids) == ("7", question, tuple(answers), tuple(evidence))
+    assert example_from_row({**flat, "extra_info": "not a mapping"}).question == question

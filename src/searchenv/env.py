@@ -619,13 +619,26 @@ def episode_metrics(final_info: Mapping[str, Any]) -> dict[str, float]:
         KeyError: If ``final_info`` is not a final info (it has no ``episode``).
     """
     ep = final_info["episode"]
-    out = {key: float(ep[key]) for key in ("em", "f1", "contains", "searches", "queries", "duplicate_queries", "turns",
-                                           "invalid_turns", "infra_errors", "answered", "answer_admissible", "return",
-                                           "opens")}
+    out = {"em": float(ep["em"]), "f1": float(ep["f1"]), "contains": float(ep["contains"]),
+           "searches": float(ep["searches"]), "queries": float(ep["queries"]),
+           "duplicate_queries": float(ep["duplicate_queries"]), "turns": float(ep["turns"]),
+           "invalid_turns": float(ep["invalid_turns"]), "infra_errors": float(ep["infra_errors"]),
+           "answered": float(ep["answered"]), "answer_admissible": float(ep["answer_admissible"]),
+           "return": float(ep["return"]), "opens": float(ep["opens"])}
     if ep["evidence_recall"] is not None:
         out["evidence_recall"] = float(ep["evidence_recall"])
-    out.update({f"reward/{term}": float(value) for term, value in ep["reward_totals"].items()})
+    for term, value in ep["reward_totals"].items():
+        out[_REWARD_METRIC.get(term) or _reward_metric(term)] = float(value)
     return out
+
+
+_REWARD_METRIC: dict[str, str] = {}
+
+
+def _reward_metric(term: str) -> str:
+    """``reward/<term>``, kept per term (engines log these for every episode)."""
+    name = _REWARD_METRIC[term] = f"reward/{term}"
+    return name
 
 
 def _action_type(action: Action) -> str:

@@ -49,16 +49,21 @@ class EnvPool(dict[str, list[SearchQAEnv]]):
             The key to :meth:`release` the environment under, and the environment.
         """
         key = self.key(settings) if key is None else key
-        with self._lock:  # building under the lock too: the index is opened once per process
-            free = self.get(key)
-            if free:
+        free = self.get(key)
+        if free:  # list.pop is atomic: no lock on the common path (engines take one env per trajectory)
+            try:
                 return key, free.pop()
+            except IndexError:  # another thread took the last one
+                pass
+        with self._lock:  # building under the lock: the index is opened once per process
             kwargs = dict(settings)
             return key, SearchQAEnv([example], retriever=kwargs.pop("retriever", "bm25"), **kwargs)
 
     def release(self, key: str, env: SearchQAEnv) -> None:
         """Hand ``env`` back for the next trajectory with the same settings."""
-        with self._lock:
-            free = self.setdefault(key, [])
-            if len(free) < self.max_free:
-                free.append(env)
+        free = self.get(key)
+        if free is None:
+            with self._lock:
+                free = self.setdefault(key, [])
+        if len(free) < self.max_free:  # list.append is atomic; the bound is approximate under threads
+            free.append(env)

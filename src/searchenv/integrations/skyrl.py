@@ -122,15 +122,19 @@ class SearchQASkyRLEnv(BaseTextEnv):
         Returns:
             The messages and ``{"example_id": ...}``.
         """
-        _, info = self._live().reset(options={"example": self.example})
+        env = self._live()
+        _, info = env.reset(options={"example": self.example})
         self.turns = 0
         self.final_info = None
-        return self._live().messages(), {"example_id": info["example_id"]}
+        return env.messages(), {"example_id": info["example_id"]}
 
     def step(self, action: str) -> BaseTextEnvStepOutput:
         """One model turn: the environment's reply, the shaped reward, done, and what happened."""
         self.turns += 1
-        _, reward, terminated, truncated, info = self._live().step(action)
+        env = self.env
+        if env is None:
+            raise RuntimeError("this environment was closed")
+        _, reward, terminated, truncated, info = env.step(action)
         done = bool(terminated or truncated)
         metadata: dict[str, Any] = {
             "action_type": info["action_type"],
@@ -142,10 +146,18 @@ class SearchQASkyRLEnv(BaseTextEnv):
         }
         if done:
             self.final_info = info
-            metadata.update(answer=info["answer"], em=info["em"], f1=info["f1"], episode=info["episode"])
-        observations = [] if done or not info["new_text"] else [{"role": "user", "content": info["new_text"]}]
-        return BaseTextEnvStepOutput(observations=observations, reward=float(reward), done=done, metadata=metadata,
-                                     postprocessed_action=None)
+            metadata["answer"] = info["answer"]
+            metadata["em"] = info["em"]
+            metadata["f1"] = info["f1"]
+            metadata["episode"] = info["episode"]
+            observations = []
+        else:
+            text = info["new_text"]
+            observations = [{"role": "user", "content": text}] if text else []
+        # BaseTextEnvStepOutput is a TypedDict: a plain dict at run time (a literal is the cheaper way to make one)
+        out: BaseTextEnvStepOutput = {"observations": observations, "reward": float(reward), "done": done,
+                                      "metadata": metadata, "postprocessed_action": None}
+        return out
 
     def get_metrics(self) -> dict[str, Any]:
         """:func:`searchenv.env.episode_metrics` of the finished episode (empty before it ends)."""

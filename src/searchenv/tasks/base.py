@@ -64,8 +64,9 @@ class QAExample:
             raise ValueError(f"example {self.id!r}: question must be a non-empty string")
         if isinstance(self.answers, str) or not self.answers:
             raise ValueError(f"example {self.id!r}: answers must be a non-empty sequence of strings")
-        if not all(isinstance(a, str) for a in self.answers):
-            raise ValueError(f"example {self.id!r}: every answer must be a string, got {self.answers!r}")
+        for a in self.answers:  # a loop, not all(...): examples are built once per engine trajectory
+            if not isinstance(a, str):
+                raise ValueError(f"example {self.id!r}: every answer must be a string, got {self.answers!r}")
         if isinstance(self.evidence_ids, str):
             raise ValueError(f"example {self.id!r}: evidence_ids must be a sequence of ids, not one string")
 

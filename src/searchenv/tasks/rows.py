@@ -21,12 +21,14 @@ import os
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from searchenv.tasks.base import QAExample
 
 #: The agent loop name rows select in verl (``agent_name``).
 VERL_AGENT_NAME = "searchqa_agent"
+_NO_INFO: Mapping[str, Any] = MappingProxyType({})
 
 
 def task_rows(examples: Iterable[QAExample], *, data_source: str, split: str,
@@ -64,14 +66,20 @@ def example_from_row(row: Mapping[str, Any]) -> QAExample:
         ValueError: If the row has no question or no gold answers (the message names the fields).
     """
     raw_info = row.get("extra_info")
-    info: Mapping[str, Any] = raw_info if isinstance(raw_info, Mapping) else {}
-    question = row.get("question", info.get("question"))
+    # `None` and plain dicts skip the (slower) abstract-class check: engines call this once per trajectory
+    info: Mapping[str, Any] = raw_info if type(raw_info) is dict or (
+        raw_info is not None and isinstance(raw_info, Mapping)) else _NO_INFO
+    question = row.get("question")
+    if question is None:
+        question = info.get("question")
     if question is None:
         prompt = row.get("prompt", row.get("raw_prompt"))
         if isinstance(prompt, Sequence) and not isinstance(prompt, str):
             users = [m.get("content") for m in prompt if isinstance(m, Mapping) and m.get("role") == "user"]
             question = users[-1] if users else None
-    answers = row.get("answers", info.get("answers"))
+    answers = row.get("answers")
+    if answers is None:
+        answers = info.get("answers")
     if answers is None:
         for key in ("reward_spec", "reward_model"):
             spec = row.get(key)
@@ -85,14 +93,17 @@ def example_from_row(row: Mapping[str, Any]) -> QAExample:
         raise ValueError("dataset row has no question: give 'question' (or extra_info.question, or a user prompt)")
     if answers is None or not len(answers):
         raise ValueError("dataset row has no gold answers: give 'answers' or reward_model.ground_truth.target")
-    evidence = row.get("evidence_ids", info.get("evidence_ids", ()))
+    evidence = row.get("evidence_ids")
     if evidence is None:
-        evidence = ()
+        evidence = info.get("evidence_ids") or ()
+    ident = row.get("id")
+    if ident is None:
+        ident = info.get("id", info.get("index", "row"))
     return QAExample(
-        id=str(row.get("id", info.get("id", info.get("index", "row")))),
+        id=str(ident),
         question=question,
-        answers=tuple(str(a) for a in answers),
-        evidence_ids=(evidence,) if isinstance(evidence, str) else tuple(str(e) for e in evidence),
+        answers=tuple(map(str, answers)),
+        evidence_ids=(evidence,) if isinstance(evidence, str) else tuple(map(str, evidence)),
     )
 
 

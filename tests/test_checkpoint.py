@@ -313,3 +313,15 @@ def test_a_lora_ppo_run_resumes_exactly(tmp_path: Path) -> None:
         assert sa.keys() == sb.keys()
         for k in sa:
             torch.testing.assert_close(sa[k], sb[k], rtol=0, atol=0)
+
+
+def test_a_finished_sft_run_resumed_reports_its_last_step(world: Path, tmp_path: Path) -> None:
+    from agents.trainers.sft import SFTConfig, train_sft
+
+    cfg = SFTConfig(model=str(world / "model"), task=str(world / "qa.jsonl"), corpus=str(world / "corpus.jsonl"),
+                    output_dir=str(tmp_path / "run"), num_demos=4, batch_size=2, steps=2, save_every=1,
+                    progress=False, log_every=0)
+    out = train_sft(cfg)
+    again = train_sft(cfg, resume=True)  # nothing left to train
+    assert again["step"] == out["step"] == 2
+    assert again["last"]["step"] == 2 and again["last"]["loss"] == pytest.approx(out["last"]["loss"])

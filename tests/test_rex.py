@@ -224,6 +224,8 @@ def test_a_token_budget_stops_grpo_and_holds_across_resume(tmp_path: Path, qa_fi
     assert out["step"] == len(recs) < 50 and sum(spent) >= 60 and sum(spent[:-1]) < 60
     again = train_grpo(cfg, policy=Policy(*build_tiny_model(0)), reward=reward, resume=True)
     assert again["step"] == out["step"] and len(read_metrics(cfg.output_dir)) == len(recs)  # nothing more
+    # resumed at its end, it reports the last step as the run that trained it did
+    assert again["last"]["step"] == out["step"] and again["last"]["reward_mean"] == out["last"]["reward_mean"]
     with pytest.raises(ValueError, match="max_generated_tokens"):
         GRPOConfig(max_generated_tokens=0)
 

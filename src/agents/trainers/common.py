@@ -769,6 +769,18 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     return [record for _where, record in iter_jsonl(path)]
 
 
+def last_record(run_dir: str | Path, step: int) -> dict[str, Any]:
+    """The metrics record of ``step`` in the run's ``metrics.jsonl``, or ``{}`` if there is none.
+
+    A resumed run starts with it as its last step's metrics, so a run resumed from its final
+    checkpoint (nothing left to train) reports the same summary as the run that wrote it.
+    """
+    if step < 1 or not (Path(run_dir) / METRICS_NAME).is_file():
+        return {}
+    found = [r for r in read_metrics(run_dir) if r.get("step") == step]
+    return dict(found[-1]) if found else {}
+
+
 def _jsonable(x: Any) -> Any:
     if isinstance(x, Mapping):
         return {str(k): _jsonable(v) for k, v in x.items()}

@@ -39,6 +39,7 @@ from agents.trainers.common import (
     episode_metrics,
     forward_logprobs,
     init_policy,
+    last_record,
     make_scheduler,
     micro_batches,
     pad_extra,
@@ -188,7 +189,7 @@ def train_ppo(
         )
     log = MetricsLog(run_dir, start)
     bar = progress_bar(cfg.steps, start, cfg.progress, "ppo")
-    last: dict[str, Any] = {}
+    last: dict[str, Any] = last_record(run_dir, start)  # a run resumed at its end reports it
     all_params = [*params, *head.parameters()]
 
     def checkpoint(step: int) -> None:

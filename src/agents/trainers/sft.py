@@ -31,6 +31,7 @@ from agents.trainers.common import (
     Timer,
     forward_logprobs,
     init_policy,
+    last_record,
     make_optimizer,
     make_scheduler,
     micro_batches,
@@ -205,7 +206,7 @@ def train_sft(
         )
     log = MetricsLog(run_dir, start)
     bar = progress_bar(cfg.steps, start, cfg.progress, "sft")
-    last: dict[str, Any] = {}
+    last: dict[str, Any] = last_record(run_dir, start)  # a run resumed at its end reports it
 
     def checkpoint(step: int) -> None:
         save_training_state(

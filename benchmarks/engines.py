@@ -18,6 +18,10 @@ answer) run through:
   time outside generation), as a share of the engine's environment + retrieval seconds (which, as
   for the TRL row, include encoding the environment's replies).
 
+SkyRL's extra microseconds are also taken apart: each piece of its trajectories (row parsing, the
+environment object, the pool, ``init``, ``step``, ``get_metrics``, ``close``) timed inside the loop,
+cold as in the real loop, beside the plain reset and steps they wrap.
+
 Repeats are interleaved and the median is reported; the goal is an overhead under 5% of the
 environment + retrieval time. The load average is recorded before and after.
 
@@ -99,7 +103,7 @@ def run_plain(env: SearchQAEnv, examples: Sequence[QAExample]) -> float:
 
 
 def run_skyrl(index: str, examples: Sequence[QAExample]) -> float:
-    from searchenv.integrations.skyrl import SearchQASkyRLEnv
+    from searchenv.integrations.skyrl import SearchQASkyRLEnv  # skyrl-gym: not in .venv-verl, which imports this file
 
     config = {"retriever": index}
     # the dataset rows exist before the trajectories start (SkyRL hands each env its row)
@@ -126,6 +130,66 @@ def run_tools(make_env: Any, examples: Sequence[QAExample]) -> float:
         env.answer("unknown")
         env.get_reward()
     return time.perf_counter() - start
+
+
+def skyrl_parts(index: str, examples: Sequence[QAExample], repeats: int) -> dict[str, float]:
+    """Where SkyRL's extra microseconds go: each piece of a trajectory timed in the loop itself.
+
+    The same episodes as :func:`run_skyrl`, each piece between two ``perf_counter_ns`` calls
+    (the pieces run cold, as in the real loop, where retrieval evicts them from the caches), and
+    the plain loop timed the same way for the reset and steps the adapter wraps. Returns µs per
+    episode, the least over ``repeats`` passes, per piece.
+    """
+    from skyrl_gym.envs.base_text_env import BaseTextEnv
+
+    from searchenv.integrations import skyrl
+    from searchenv.integrations.skyrl import SearchQASkyRLEnv
+    from searchenv.tasks.rows import example_from_row
+
+    clock = time.perf_counter_ns
+    config = {"retriever": index}
+    rows = [{"question": ex.question, "answers": list(ex.answers), "evidence_ids": list(ex.evidence_ids), "id": ex.id}
+            for ex in examples]
+    env = SearchQAEnv(examples, retriever=index)
+    passes: list[dict[str, int]] = []
+    for _ in range(repeats):
+        t = dict.fromkeys(("plain reset", "plain steps", "settings", "row parsing", "env object", "pool acquire",
+                           "init", "steps", "get_metrics", "close"), 0)
+        for ex in examples:
+            a = clock()
+            env.reset(options={"example_id": ex.id})
+            b = clock()
+            for turn in turns(ex.question):
+                env.step(turn)
+            t["plain reset"] += b - a
+            t["plain steps"] += clock() - b
+        for row in rows:  # SearchQASkyRLEnv.__init__, piece by piece
+            a = clock()
+            settings, key = skyrl._settings(config)
+            b = clock()
+            example = example_from_row(row)
+            c = clock()
+            obj = SearchQASkyRLEnv.__new__(SearchQASkyRLEnv)  # the constructor's own steps, in its order
+            BaseTextEnv.__init__(obj)
+            d = clock()
+            obj._key, obj.env = skyrl._POOL.acquire(settings, example, key)
+            e = clock()
+            obj.example, obj.max_turns, obj.final_info = example, obj.env.max_turns, None
+            obj.init()
+            f = clock()
+            for turn in turns(row["question"]):
+                obj.step(turn)
+            g = clock()
+            obj.get_metrics()
+            h = clock()
+            obj.close()
+            i = clock()
+            for name, (start, end) in {"settings": (a, b), "row parsing": (b, c), "env object": (c, d),
+                                       "pool acquire": (d, e), "init": (e, f), "steps": (f, g),
+                                       "get_metrics": (g, h), "close": (h, i)}.items():
+                t[name] += end - start
+        passes.append(t)
+    return {name: min(p[name] for p in passes) / len(examples) / 1000 for name in passes[0]}
 
 
 def verl_overhead(index: str, n: int, repeats: int) -> dict[str, list[float]] | None:
@@ -217,6 +281,7 @@ def main() -> None:
         times["engine"].append(stats.wall_seconds)
         adapter.append(times["trl-rollout"][-1] - stats.wall_seconds)
         env_retrieval.append(stats.environment_seconds + stats.retrieval_seconds)
+    parts = skyrl_parts(index, examples, args.repeats)
     verl = verl_overhead(index, args.n, args.repeats)
     ray_rows = ray_throughput(str(Path(__file__).resolve().parent), index, examples, args.ray_steps,
                               args.repeats) if args.ray_steps else {}
@@ -246,6 +311,15 @@ def main() -> None:
         f"{per_ep['engine']:.3f} | {100 * rows['trl-rollout']:+.1f}% | "
         f"{'met' if rows['trl-rollout'] < 0.05 else 'not met'} |",
     ])
+    extra = {k: v for k, v in parts.items() if not k.startswith("plain")}
+    extra["init"] -= parts["plain reset"]
+    extra["steps"] -= parts["plain steps"]
+    skyrl_note = "\n\n" + (
+        "SkyRL's extra work per episode, piece by piece, timed inside the loop (µs, least of "
+        f"{args.repeats} passes; `init` and `steps` beyond the plain reset and steps they wrap): "
+        + ", ".join(f"{k} {v:.1f}" for k, v in extra.items())
+        + f"; sum {sum(extra.values()):.1f} µs, against {1000 * (per_ep['skyrl'] - per_ep['plain']):.1f} µs "
+        "from the medians above.\n")
     if verl:
         med_v = {k: 1000 * statistics.median(verl[k]) / args.n for k in ("plain", "verl", "server", "tokenize")}
         med_v.update({k: 1000 * statistics.median(verl[k]) / args.n for k in ("verl_unbatched", "server_unbatched")})
@@ -263,16 +337,17 @@ def main() -> None:
             f"{med_v['verl_unbatched'] - med_v['server_unbatched']:.3f} | {engine:.3f} | "
             f"{100 * rows['verl-unbatched']:+.1f}% | {'met' if rows['verl-unbatched'] < 0.05 else 'not met'} |"
         )
+    table += skyrl_note
     if ray_rows:
         one, two = statistics.median(ray_rows["1x64"]), statistics.median(ray_rows["2x32"])
         table += "\n".join([
-            "", "", f"Ray environment workers: {args.ray_steps} vector steps of 64 scripted sub-environments "
+            "", f"Ray environment workers: {args.ray_steps} vector steps of 64 scripted sub-environments "
             f"(search, answer, autoreset), local ray.init(num_cpus=2), median of {args.repeats}.", "",
             "| workers | episodes / s | vs 1 worker |", "|---|---:|---:|",
             f"| 1 actor x 64 envs | {one:.0f} | 1.00x |", f"| 2 actors x 32 envs | {two:.0f} | {two / one:.2f}x |",
         ])
     write_results("engines", {"n": args.n, "repeats": args.repeats, "seconds": times, "ray_episodes_per_s": ray_rows,
-                              "verl_seconds": verl,
+                              "verl_seconds": verl, "skyrl_parts_us": parts,
                               "engine_env_retrieval_seconds": env_retrieval, "trl_adapter_seconds": adapter,
                               "overhead": rows,
                               "load_before": load_before, "load_after": load_after}, table,

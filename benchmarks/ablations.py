@@ -272,6 +272,42 @@ def averaged(rows: list[dict[str, Any]]) -> dict[str, Any]:
                              for q in sorted(ids)}}
 
 
+#: RAG-R1 claims fewer turns "at equal or better accuracy". Accuracy counts as kept when the paired
+#: EM interval stays above minus this margin (fixed on 2026-11-25, before either run had finished).
+MQ_EM_MARGIN = 0.05
+
+
+def multi_query_verdict(mq: dict[str, Any], sr1: dict[str, Any], em: dict[str, float],
+                        data: dict[str, Any]) -> list[str]:
+    """Paired differences in turns, search turns and queries per question, and the RAG-R1 verdict."""
+    lines: list[str] = []
+    diffs = {k: learning.paired_difference(mq, sr1, key=k) for k in ("turns", "searches", "queries")
+             if all(k in v for r in (mq, sr1) for v in r["per_question"].values())}
+    data["paired_differences"] = diffs
+    for k, t in diffs.items():
+        lines += ["", f"{k.capitalize()} per question, multi-query - search-r1: **{t['mean']:+.2f}**, 95% bootstrap "
+                      f"interval [{t['ci_low']:+.2f}, {t['ci_high']:+.2f}] over the {t['n']} questions."]
+    if "turns" not in diffs:
+        verdict = "unresolved: per-question turns were not recorded for both arms."
+    elif diffs["turns"]["ci_low"] > 0:
+        verdict = "the opposite of the paper's direction here at this budget: more turns per question."
+    elif diffs["turns"]["ci_high"] < 0 and em["ci_low"] > -MQ_EM_MARGIN:
+        verdict = (f"the paper's direction holds here at this budget: fewer turns per question, with EM no more "
+                   f"than {MQ_EM_MARGIN:.2f} lower (the interval's lower end, {em['ci_low']:+.3f}).")
+    elif diffs["turns"]["ci_high"] < 0 and em["ci_high"] < 0:
+        verdict = "does not hold here at this budget: fewer turns per question, but lower EM."
+    elif diffs["turns"]["ci_high"] < 0:
+        verdict = (f"partly: fewer turns per question, but whether EM is kept within {MQ_EM_MARGIN:.2f} is "
+                   "unresolved at this budget.")
+    else:
+        verdict = "unresolved at this budget: the turns interval includes zero."
+    data["verdict"] = verdict
+    per_q = {name: r["eval_seconds"] / r["n"] for name, r in (("multi-query", mq), ("search-r1", sr1))}
+    return lines + ["", "Seconds per question (greedy evaluation, same machine, one run after the other): "
+                        + ", ".join(f"{name} {v:.2f}" for name, v in per_q.items()) + ".",
+                    "", f"Verdict: {verdict}"]
+
+
 def report(args: argparse.Namespace) -> None:
     from agents.plot import plot_runs
 
@@ -326,14 +362,17 @@ def report(args: argparse.Namespace) -> None:
             lines += ["", f"EM difference ({' + '.join(first)}) - ({' + '.join(second)}): **{d['mean']:+.3f}**, "
                           f"95% bootstrap interval over the {d['n']} questions [{d['ci_low']:+.3f}, "
                           f"{d['ci_high']:+.3f}]; questions won / lost {d['a_better']} / {d['b_better']}."]
-            if d["ci_low"] > 0:
-                verdict = "the paper's direction holds here at this budget."
-            elif d["ci_high"] < 0:
-                verdict = "the opposite of the paper's direction here at this budget."
+            if key == "multi_query":
+                lines += multi_query_verdict(rows[first[0]], rows[second[0]], d, data)  # type: ignore[arg-type]
             else:
-                verdict = "unresolved at this budget: the interval includes zero."
-            lines += ["", f"Verdict on accuracy: {verdict}"]
-            data["verdict"] = verdict
+                if d["ci_low"] > 0:
+                    verdict = "the paper's direction holds here at this budget."
+                elif d["ci_high"] < 0:
+                    verdict = "the opposite of the paper's direction here at this budget."
+                else:
+                    verdict = "unresolved at this budget: the interval includes zero."
+                lines += ["", f"Verdict on accuracy: {verdict}"]
+                data["verdict"] = verdict
         elif key == "multi_query":
             lines += ["", "Pending: " + "; ".join(f"{n} (`{MULTI_QUERY_RUNS[n]}`)" for n in missing) + "."]
         else:

@@ -183,7 +183,8 @@ def evaluate_agent(agent: Any, args: argparse.Namespace) -> dict[str, Any]:
         "n": args.n_dev,
         "eval_seconds": res.seconds,
         "per_question": {
-            e.example_id: {"em": float(e.metrics["em"]), "f1": float(e.metrics["f1"])} for e in res.episodes
+            e.example_id: {k: float(e.metrics[k]) for k in ("em", "f1", "turns", "searches", "queries")}
+            for e in res.episodes
         },
         "examples": [
             {

@@ -35,6 +35,7 @@ Usage: python benchmarks/engines.py [--n 200] [--repeats 5] [--ray-steps 60]
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import re
 import statistics
@@ -135,10 +136,12 @@ def run_tools(make_env: Any, examples: Sequence[QAExample]) -> float:
 def skyrl_parts(index: str, examples: Sequence[QAExample], repeats: int) -> dict[str, float]:
     """Where SkyRL's extra microseconds go: each piece of a trajectory timed in the loop itself.
 
-    The same episodes as :func:`run_skyrl`, each piece between two ``perf_counter_ns`` calls
-    (the pieces run cold, as in the real loop, where retrieval evicts them from the caches), and
-    the plain loop timed the same way for the reset and steps the adapter wraps. Returns µs per
-    episode, the least over ``repeats`` passes, per piece.
+    The same episodes as :func:`run_skyrl`, each piece between two ``perf_counter_ns`` calls (the
+    pieces run cold, as in the real loop, where retrieval evicts them from the caches). ``init``
+    and ``step`` wrap the environment's own ``reset`` and ``step``: those are timed inside the
+    wrapper too, so what the wrapper adds is measured within the same call (a timed stand-in
+    method adds its own call, about 0.1 µs, to the wrapper's share). Returns µs per episode, the
+    least over ``repeats`` passes, per piece.
     """
     from skyrl_gym.envs.base_text_env import BaseTextEnv
 
@@ -150,44 +153,53 @@ def skyrl_parts(index: str, examples: Sequence[QAExample], repeats: int) -> dict
     config = {"retriever": index}
     rows = [{"question": ex.question, "answers": list(ex.answers), "evidence_ids": list(ex.evidence_ids), "id": ex.id}
             for ex in examples]
-    env = SearchQAEnv(examples, retriever=index)
     passes: list[dict[str, int]] = []
+    inner = [0]
+
+    def timed(method: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            start = clock()
+            out = method(*args, **kwargs)
+            inner[0] += clock() - start
+            return out
+        return call
+
     for _ in range(repeats):
-        t = dict.fromkeys(("plain reset", "plain steps", "settings", "row parsing", "env object", "pool acquire",
-                           "init", "steps", "get_metrics", "close"), 0)
-        for ex in examples:
-            a = clock()
-            env.reset(options={"example_id": ex.id})
-            b = clock()
-            for turn in turns(ex.question):
-                env.step(turn)
-            t["plain reset"] += b - a
-            t["plain steps"] += clock() - b
-        for row in rows:  # SearchQASkyRLEnv.__init__, piece by piece
+        t = dict.fromkeys(("settings", "row parsing", "env object", "pool acquire", "init wrapper", "step wrapper",
+                           "get_metrics", "close"), 0)
+        gc.collect()
+        for row in rows:  # SearchQASkyRLEnv.__init__, piece by piece, in its order
             a = clock()
             settings, key = skyrl._settings(config)
             b = clock()
             example = example_from_row(row)
             c = clock()
-            obj = SearchQASkyRLEnv.__new__(SearchQASkyRLEnv)  # the constructor's own steps, in its order
+            obj = SearchQASkyRLEnv.__new__(SearchQASkyRLEnv)
             BaseTextEnv.__init__(obj)
             d = clock()
             obj._key, obj.env = skyrl._POOL.acquire(settings, example, key)
             e = clock()
             obj.example, obj.max_turns, obj.final_info = example, obj.env.max_turns, None
+            env = obj.env
+            env.reset, env.step = timed(env.reset), timed(env.step)  # instance attributes shadow the methods
+            inner[0] = 0
+            e2 = clock()
             obj.init()
             f = clock()
+            reset_s, inner[0] = inner[0], 0
             for turn in turns(row["question"]):
                 obj.step(turn)
             g = clock()
+            step_s = inner[0]
+            del env.reset, env.step
             obj.get_metrics()
             h = clock()
             obj.close()
             i = clock()
-            for name, (start, end) in {"settings": (a, b), "row parsing": (b, c), "env object": (c, d),
-                                       "pool acquire": (d, e), "init": (e, f), "steps": (f, g),
-                                       "get_metrics": (g, h), "close": (h, i)}.items():
-                t[name] += end - start
+            for name, span in {"settings": b - a, "row parsing": c - b, "env object": d - c, "pool acquire": e - d,
+                               "init wrapper": f - e2 - reset_s, "step wrapper": g - f - step_s,
+                               "get_metrics": h - g, "close": i - h}.items():
+                t[name] += span
         passes.append(t)
     return {name: min(p[name] for p in passes) / len(examples) / 1000 for name in passes[0]}
 
@@ -270,10 +282,21 @@ def main() -> None:
     times: dict[str, list[float]] = {k: [] for k in ("plain", "skyrl", "trl-tools", "engine", "trl-rollout")}
     env_retrieval: list[float] = []
     adapter: list[float] = []
+    # Untimed warm-up, then the heap frozen: the imported libraries' millions of objects are never
+    # traversed again, and each timed block starts from a collection, so a full collection that
+    # happens to fall into one block does not decide its time (it made single repeats 80% slower).
+    run_plain(env, examples[:20])
+    run_skyrl(index, examples[:20])
+    gc.collect()
+    gc.freeze()
     for _ in range(args.repeats):
+        gc.collect()
         times["plain"].append(run_plain(env, examples))
+        gc.collect()
         times["skyrl"].append(run_skyrl(index, examples))
+        gc.collect()
         times["trl-tools"].append(run_tools(make_tools, examples))
+        gc.collect()
         start = time.perf_counter()
         trl.run(prompts, policy, seed=0, eos_token_id=policy.tokenizer.eos_token_id)
         times["trl-rollout"].append(time.perf_counter() - start)
@@ -311,14 +334,11 @@ def main() -> None:
         f"{per_ep['engine']:.3f} | {100 * rows['trl-rollout']:+.1f}% | "
         f"{'met' if rows['trl-rollout'] < 0.05 else 'not met'} |",
     ])
-    extra = {k: v for k, v in parts.items() if not k.startswith("plain")}
-    extra["init"] -= parts["plain reset"]
-    extra["steps"] -= parts["plain steps"]
     skyrl_note = "\n\n" + (
         "SkyRL's extra work per episode, piece by piece, timed inside the loop (µs, least of "
-        f"{args.repeats} passes; `init` and `steps` beyond the plain reset and steps they wrap): "
-        + ", ".join(f"{k} {v:.1f}" for k, v in extra.items())
-        + f"; sum {sum(extra.values()):.1f} µs, against {1000 * (per_ep['skyrl'] - per_ep['plain']):.1f} µs "
+        f"{args.repeats} passes; the wrappers' shares are their time beyond the environment's own reset and "
+        "steps, timed within the same calls): " + ", ".join(f"{k} {v:.1f}" for k, v in parts.items())
+        + f"; sum {sum(parts.values()):.1f} µs, against {1000 * (per_ep['skyrl'] - per_ep['plain']):.1f} µs "
         "from the medians above.\n")
     if verl:
         med_v = {k: 1000 * statistics.median(verl[k]) / args.n for k in ("plain", "verl", "server", "tokenize")}
@@ -337,6 +357,23 @@ def main() -> None:
             f"{med_v['verl_unbatched'] - med_v['server_unbatched']:.3f} | {engine:.3f} | "
             f"{100 * rows['verl-unbatched']:+.1f}% | {'met' if rows['verl-unbatched'] < 0.05 else 'not met'} |"
         )
+        if verl.get("median_cpu_overhead_vs_engine"):
+            rows["verl-cpu"] = verl["median_cpu_overhead_vs_engine"][0]
+            cpu = {k: 1000 * statistics.median(verl[k]) / args.n
+                   for k in ("verl_cpu", "engine_cpu", "engine_generation")}
+            table += "\n" + (
+                f"| the verl loop in CPU time, all threads (the work it adds, however many cores it spreads over; "
+                f"replies are encoded on verl's worker threads) | {cpu['verl_cpu'] - med_v['server']:.3f} | "
+                f"{cpu['engine_cpu'] - cpu['engine_generation']:.3f} | {100 * rows['verl-cpu']:+.1f}% | "
+                f"{'met' if rows['verl-cpu'] < 0.05 else 'not met'} |")
+    spread = {"SkyRL": [(k - p) / p for k, p in zip(times["skyrl"], times["plain"], strict=True)],
+              "TRL rollout_func": [a / e for a, e in zip(adapter, env_retrieval, strict=True)]}
+    if verl:
+        spread["verl"] = [(v - s - e) / r for v, s, e, r in zip(verl["verl"], verl["server"],
+                                                                verl["engine_outside_generation"],
+                                                                verl["engine_env_retrieval"], strict=True)]
+    table += "\n\nOverhead per repeat, least to most: " + "; ".join(
+        f"{name} {100 * min(v):+.1f}% to {100 * max(v):+.1f}%" for name, v in spread.items()) + "."
     table += skyrl_note
     if ray_rows:
         one, two = statistics.median(ray_rows["1x64"]), statistics.median(ray_rows["2x32"])

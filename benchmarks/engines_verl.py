@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import statistics
 import sys
@@ -93,11 +94,17 @@ def main() -> None:
 
     policy = ScriptedTokens(tokenizer)
     engine_env = SearchQAEnv(examples, retriever=args.index, max_turns=4)
-    out: dict[str, list[float]] = {k: [] for k in ("plain", "verl", "server", "verl_unbatched", "server_unbatched",
-                                                    "tokenize", "engine_outside_generation", "engine_env_retrieval")}
+    out: dict[str, list[float]] = {k: [] for k in (
+        "plain", "verl", "server", "verl_unbatched", "server_unbatched", "tokenize", "engine_outside_generation",
+        "engine_env_retrieval", "verl_cpu", "verl_unbatched_cpu", "engine_cpu", "engine_generation")}
     for loop in loops.values():  # untimed warm-up: first-call costs (thread pools, tokenizer caches) left out
         loop.loop.run_until_complete(episodes(loop))
+    # the warm heap frozen and a collection before each timed block (as in benchmarks/engines.py):
+    # a full collection over torch's and verl's objects made single repeats 80% slower
+    gc.collect()
+    gc.freeze()
     for _ in range(args.repeats):
+        gc.collect()
         start = time.perf_counter()
         for ex in examples:
             env.reset(options={"example_id": ex.id})
@@ -107,11 +114,14 @@ def main() -> None:
         out["plain"].append(time.perf_counter() - start)
         for name, loop in loops.items():
             server.seconds = 0.0
-            start = time.perf_counter()
+            gc.collect()
+            start, cpu = time.perf_counter(), time.process_time()
             loop.loop.run_until_complete(episodes(loop))
             out[name].append(time.perf_counter() - start)
+            out[f"{name}_cpu"].append(time.process_time() - cpu)  # every thread's CPU seconds
             out[name.replace("verl", "server")].append(server.seconds)
         # the tokenizer work the loop itself must do: the prompt, each turn decoded, each reply encoded
+        gc.collect()
         start = time.perf_counter()
         for ex in examples:
             env.reset(options={"example_id": ex.id})
@@ -124,10 +134,14 @@ def main() -> None:
                     tokenizer.encode(new_text, add_special_tokens=False)
         out["tokenize"].append(time.perf_counter() - start - out["plain"][-1])
         # the same token-level episodes through this package's own rollout engine (the reference loop)
+        gc.collect()
+        cpu = time.process_time()
         batch = rollout(policy, examples, env=engine_env, group_size=1, max_new_tokens=128, seed=0)
+        out["engine_cpu"].append(time.process_time() - cpu)
         stats = batch.stats
         out["engine_outside_generation"].append(stats.wall_seconds - stats.generation_seconds)
         out["engine_env_retrieval"].append(stats.environment_seconds + stats.retrieval_seconds)
+        out["engine_generation"].append(stats.generation_seconds)
     out["median_overhead"] = [statistics.median(
         (v - s - p) / p for v, s, p in zip(out["verl"], out["server"], out["plain"], strict=True))]
     for name in loops:
@@ -135,6 +149,12 @@ def main() -> None:
         out[f"median_overhead_vs_engine{suffix}"] = [statistics.median(
             (v - s - e) / r for v, s, e, r in zip(out[name], out[f"server{suffix}"], out["engine_outside_generation"],
                                                   out["engine_env_retrieval"], strict=True))]
+    # CPU seconds of all threads, the scripted generation taken out of both (it runs on the caller's
+    # thread, so its wall time is its CPU time): the work the loop adds, however many cores it spreads over
+    out["median_cpu_overhead_vs_engine"] = [statistics.median(
+        ((c - s) - (e - g)) / r for c, s, e, g, r in zip(out["verl_cpu"], out["server"], out["engine_cpu"],
+                                                         out["engine_generation"], out["engine_env_retrieval"],
+                                                         strict=True))]
     from agents.integrations.verl import _BATCHERS
 
     out["search_batches"] = [b.stats.as_dict() for b in _BATCHERS.values()]  # type: ignore[misc]

@@ -104,6 +104,30 @@ def test_episode_is_token_exact_masked_and_scored_by_searchenv(index: str) -> No
     assert first["sampling_params"]["max_tokens"] == 64
 
 
+class NoBackend:
+    """The tiny tokenizer seen without its Rust backend (as a slow tokenizer has none)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self._tokenizer = tokenizer
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "backend_tokenizer":
+            raise AttributeError(name)
+        return getattr(self._tokenizer, name)
+
+
+def test_replies_are_encoded_on_worker_threads_with_the_same_ids(index: str) -> None:
+    tokenizer = build_tiny_tokenizer()
+    fast = _loop(index, tokenizer, ScriptedServer(tokenizer))
+    # its own copy of the backend, which nobody reconfigures while verl's threads use the shared one
+    assert fast._reply_tokenizer is not None and fast._reply_tokenizer is not tokenizer.backend_tokenizer
+    slow = _loop(index, NoBackend(tokenizer), ScriptedServer(tokenizer))
+    assert slow._reply_tokenizer is None  # encoded with the tokenizer itself, one thread at a time
+    rows = task_rows(EXAMPLES, data_source="searchenv/test", split="train")
+    a, b = _run_all(fast, rows), _run_all(slow, rows)
+    assert [(o.response_ids, o.response_mask) for o in a] == [(o.response_ids, o.response_mask) for o in b]
+
+
 class BrowseServer(ScriptedServer):
     """Search, open the first document, answer: the ``browse`` protocol through verl's loop."""
 

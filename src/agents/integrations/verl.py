@@ -64,6 +64,30 @@ def _batcher(retriever: Any) -> MicroBatcher:
         return batcher
 
 
+_ENCODE_LOCK = threading.Lock()  # replies encoded with a slow (Python) tokenizer, one thread at a time
+_PROBE = "<information> Doc 1 (Vela Quenn) Vela Quenn, born 1871 in Karsk, \u00e9tude n\u00b02. </information>\n\n"
+
+
+def _private_backend(tokenizer: Any) -> Any:
+    """A private copy of a fast tokenizer's Rust backend for encoding replies on worker threads, or None.
+
+    The transformers tokenizer is shared with verl, whose own threads tokenize with it too, and
+    transformers resets truncation and padding on that shared backend when a call asks for other
+    settings: a copy that nobody configures can encode on any number of threads at once. None
+    for a slow tokenizer, or if the copy encodes a probe reply differently.
+    """
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return None
+    from tokenizers import Tokenizer
+
+    own = Tokenizer.from_str(backend.to_str())
+    own.no_truncation()
+    own.no_padding()
+    ids = own.encode_batch([_PROBE], add_special_tokens=False)[0].ids
+    return own if list(ids) == list(tokenizer.encode(_PROBE, add_special_tokens=False)) else None
+
+
 def _cut_at_stop(text: str, stop: tuple[str, ...]) -> str:
     """``text`` up to and including the first stop string in it (as the environment must see the turn)."""
     ends = [i + len(s) for s in stop if (i := text.find(s)) >= 0]
@@ -86,6 +110,15 @@ class SearchQAAgentLoop(AgentLoopBase):
         self.env_settings = settings
         self.env_key = EnvPool.key(settings)
         self.response_length = int(self.rollout_config.response_length)
+        self._reply_tokenizer = _private_backend(self.tokenizer)
+
+    def _encode(self, text: str) -> list[int]:
+        """The token ids of an environment reply (no special tokens added); safe on any thread."""
+        if self._reply_tokenizer is None:
+            with _ENCODE_LOCK:
+                return list(self.tokenizer.encode(text, add_special_tokens=False))
+        # encode_batch releases the GIL: the other episodes go on while the reply is encoded
+        return list(self._reply_tokenizer.encode_batch([text], add_special_tokens=False)[0].ids)
 
     def _in_thread(self, env: SearchQAEnv) -> bool:
         """Search in a worker thread unless told otherwise; by default inline only for an in-memory BM25 index."""
@@ -162,7 +195,9 @@ class SearchQAAgentLoop(AgentLoopBase):
             if terminated or truncated:
                 final = info
                 break
-            env_ids = self.tokenizer.encode(info["new_text"], add_special_tokens=False) if info["new_text"] else []
+            # encoded on verl's worker threads, as verl's own loops tokenize (the tokenizer releases the GIL,
+            # so the other episodes go on meanwhile): a reply of three passages is about 0.2 ms of encoding
+            env_ids = await loop.run_in_executor(None, self._encode, info["new_text"]) if info["new_text"] else []
             response_ids += env_ids
             response_mask += [0] * len(env_ids)
             logprobs += [0.0] * len(env_ids)

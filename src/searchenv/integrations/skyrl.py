@@ -28,7 +28,8 @@ overrides the config's.
 ``init`` returns the protocol's own system and user messages for the question (the instructions
 must match what the environment parses); each ``step`` returns the environment's reply as a
 ``user`` message, the step's shaped reward, ``done`` when the agent answered or ran out of turns,
-and ``metadata`` with the action type, reward terms and, at the end, EM and the episode summary.
+and as ``metadata`` the step's ``info`` (action type, queries, document ids, reward terms and, at
+the end, the answer, EM, F1 and the episode summary).
 :meth:`~SearchQASkyRLEnv.get_metrics` gives :func:`searchenv.env.episode_metrics`, which SkyRL
 averages over episodes. Needs ``skyrl-gym`` (``pip install 'searchenv[skyrl]'``).
 """
@@ -136,27 +137,16 @@ class SearchQASkyRLEnv(BaseTextEnv):
             raise RuntimeError("this environment was closed")
         _, reward, terminated, truncated, info = env.step(action)
         done = bool(terminated or truncated)
-        metadata: dict[str, Any] = {
-            "action_type": info["action_type"],
-            "invalid_reason": info["invalid_reason"],
-            "queries": info["queries"],
-            "doc_ids": info["doc_ids"],
-            "reward_terms": info["reward_terms"],
-            "infra_error": info["infra_error"],
-        }
         if done:
             self.final_info = info
-            metadata["answer"] = info["answer"]
-            metadata["em"] = info["em"]
-            metadata["f1"] = info["f1"]
-            metadata["episode"] = info["episode"]
             observations = []
         else:
             text = info["new_text"]
             observations = [{"role": "user", "content": text}] if text else []
-        # BaseTextEnvStepOutput is a TypedDict: a plain dict at run time (a literal is the cheaper way to make one)
+        # The step's info is the metadata (every step makes a fresh one). BaseTextEnvStepOutput is a
+        # TypedDict, a plain dict at run time: a literal is the cheaper way to make one.
         out: BaseTextEnvStepOutput = {"observations": observations, "reward": float(reward), "done": done,
-                                      "metadata": metadata, "postprocessed_action": None}
+                                      "metadata": info, "postprocessed_action": None}
         return out
 
     def get_metrics(self) -> dict[str, Any]:

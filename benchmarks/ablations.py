@@ -302,10 +302,42 @@ def multi_query_verdict(mq: dict[str, Any], sr1: dict[str, Any], em: dict[str, f
     else:
         verdict = "unresolved at this budget: the turns interval includes zero."
     data["verdict"] = verdict
+    per_turn = {name: sum(v["queries"] for v in r["per_question"].values())
+                / max(1.0, sum(v["searches"] for v in r["per_question"].values()))
+                for name, r in (("multi-query", mq), ("search-r1", sr1)) if "queries" in diffs}
+    if per_turn:
+        lines += ["", "Queries per search turn (how much of the saving is parallel queries rather than fewer "
+                      "queries): " + ", ".join(f"{name} {v:.2f}" for name, v in per_turn.items()) + "."]
+    lines += by_question_type({"multi-query": mq, "search-r1": sr1}, "synthetic-mixed")
     per_q = {name: r["eval_seconds"] / r["n"] for name, r in (("multi-query", mq), ("search-r1", sr1))}
     return lines + ["", "Seconds per question (greedy evaluation, same machine, one run after the other): "
                         + ", ".join(f"{name} {v:.2f}" for name, v in per_q.items()) + ".",
                     "", f"Verdict: {verdict}"]
+
+
+def by_question_type(arms: dict[str, dict[str, Any]], task: str) -> list[str]:
+    """Per question type (bridge by hops, comparison, single-hop): EM, turns, search turns, queries of each arm.
+
+    Descriptive only (the groups are small; no intervals): where the turns are saved and at what cost.
+    """
+    from searchenv.tasks.base import load_task
+
+    kinds = {ex.id: f"{ex.type} ({ex.hops} hop{'s' if ex.hops > 1 else ''})" for ex in load_task(task).examples("dev")}
+    keys = ("em", "turns", "searches", "queries")
+    if not all(k in v for r in arms.values() for v in r["per_question"].values() for k in keys):
+        return []
+    lines = ["", "By question type (descriptive; groups of 10-72 questions, no intervals):", "",
+             "| type | questions | " + " | ".join(f"{name} {k}" for name in arms for k in keys) + " |",
+             "|---|---:|" + "---:|" * (len(arms) * len(keys))]
+    groups: dict[str, list[str]] = {}
+    for q in next(iter(arms.values()))["per_question"]:
+        groups.setdefault(kinds.get(q, "unknown"), []).append(q)
+    for kind in sorted(groups):
+        ids = groups[kind]
+        cells = [f"{sum(r['per_question'][q][k] for q in ids) / len(ids):.{3 if k == 'em' else 2}f}"
+                 for r in arms.values() for k in keys]
+        lines.append(f"| {kind} | {len(ids)} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def report(args: argparse.Namespace) -> None:
@@ -389,7 +421,7 @@ def report(args: argparse.Namespace) -> None:
                     runs.append(Path(tmp) / n)
                 plot_runs(runs, png, labels=[f"ablation_{n}" for n in curves], smooth=5)
         if png.is_file():
-            data["curves_png"] = str(png)
+            data["curves_png"] = f"benchmarks/results/{png.name}"  # relative: the same on every checkout
             lines += ["", f"Learning curves: `benchmarks/results/ablation_{key}_curves.png`."]
             lost = [n for n in first + second if rows.get(n) is not None and n not in curves]
             if curves and lost:

@@ -121,6 +121,8 @@ def test_replies_are_encoded_on_worker_threads_with_the_same_ids(index: str) -> 
     fast = _loop(index, tokenizer, ScriptedServer(tokenizer))
     # its own copy of the backend, which nobody reconfigures while verl's threads use the shared one
     assert fast._reply_tokenizer is not None and fast._reply_tokenizer is not tokenizer.backend_tokenizer
+    # verl builds a loop per sample: the copy is made once per tokenizer, not per loop
+    assert _loop(index, tokenizer, ScriptedServer(tokenizer))._reply_tokenizer is fast._reply_tokenizer
     slow = _loop(index, NoBackend(tokenizer), ScriptedServer(tokenizer))
     assert slow._reply_tokenizer is None  # encoded with the tokenizer itself, one thread at a time
     rows = task_rows(EXAMPLES, data_source="searchenv/test", split="train")

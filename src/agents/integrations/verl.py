@@ -65,7 +65,22 @@ def _batcher(retriever: Any) -> MicroBatcher:
 
 
 _ENCODE_LOCK = threading.Lock()  # replies encoded with a slow (Python) tokenizer, one thread at a time
+_REPLY_TOKENIZERS: dict[int, tuple[Any, Any]] = {}  # id(tokenizer) -> (tokenizer, its private backend or None)
+_REPLY_TOKENIZERS_LOCK = threading.Lock()
 _PROBE = "<information> Doc 1 (Vela Quenn) Vela Quenn, born 1871 in Karsk, \u00e9tude n\u00b02. </information>\n\n"
+
+
+def _reply_tokenizer(tokenizer: Any) -> Any:
+    """The process's private backend for ``tokenizer`` (:func:`_private_backend`), made once.
+
+    verl builds an agent loop per sample, and copying a backend takes about 0.1 s; the entry holds
+    the tokenizer, so its id stays unique.
+    """
+    with _REPLY_TOKENIZERS_LOCK:
+        entry = _REPLY_TOKENIZERS.get(id(tokenizer))
+        if entry is None or entry[0] is not tokenizer:
+            entry = _REPLY_TOKENIZERS[id(tokenizer)] = (tokenizer, _private_backend(tokenizer))
+        return entry[1]
 
 
 def _private_backend(tokenizer: Any) -> Any:
@@ -110,7 +125,7 @@ class SearchQAAgentLoop(AgentLoopBase):
         self.env_settings = settings
         self.env_key = EnvPool.key(settings)
         self.response_length = int(self.rollout_config.response_length)
-        self._reply_tokenizer = _private_backend(self.tokenizer)
+        self._reply_tokenizer = _reply_tokenizer(self.tokenizer)
 
     def _encode(self, text: str) -> list[int]:
         """The token ids of an environment reply (no special tokens added); safe on any thread."""

@@ -628,17 +628,8 @@ def episode_metrics(final_info: Mapping[str, Any]) -> dict[str, float]:
     if ep["evidence_recall"] is not None:
         out["evidence_recall"] = float(ep["evidence_recall"])
     for term, value in ep["reward_totals"].items():
-        out[_REWARD_METRIC.get(term) or _reward_metric(term)] = float(value)
+        out[f"reward/{term}"] = float(value)
     return out
-
-
-_REWARD_METRIC: dict[str, str] = {}
-
-
-def _reward_metric(term: str) -> str:
-    """``reward/<term>``, kept per term (engines log these for every episode)."""
-    name = _REWARD_METRIC[term] = f"reward/{term}"
-    return name
 
 
 def _action_type(action: Action) -> str:

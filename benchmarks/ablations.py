@@ -308,11 +308,34 @@ def multi_query_verdict(mq: dict[str, Any], sr1: dict[str, Any], em: dict[str, f
     if per_turn:
         lines += ["", "Queries per search turn (how much of the saving is parallel queries rather than fewer "
                       "queries): " + ", ".join(f"{name} {v:.2f}" for name, v in per_turn.items()) + "."]
+    lines += heuristic_beside(mq, sr1, data)
     lines += by_question_type({"multi-query": mq, "search-r1": sr1}, "synthetic-mixed")
     per_q = {name: r["eval_seconds"] / r["n"] for name, r in (("multi-query", mq), ("search-r1", sr1))}
     return lines + ["", "Seconds per question (greedy evaluation, same machine, one run after the other): "
                         + ", ".join(f"{name} {v:.2f}" for name, v in per_q.items()) + ".",
                     "", f"Verdict: {verdict}"]
+
+
+#: The non-learned baselines on the same synthetic-mixed dev questions and settings (search-r1 protocol).
+MIXED_BASELINES = ("python benchmarks/learning.py --task synthetic-mixed --top-k 3 --max-turns 3 --max-doc-chars 450 "
+                   "--max-new-tokens 80 --protocol search-r1 --phases baselines --baselines heuristic,oracle "
+                   "--name learning_mixed_baselines --out runs/learning_mixed_baselines")
+
+
+def heuristic_beside(mq: dict[str, Any], sr1: dict[str, Any], data: dict[str, Any]) -> list[str]:
+    """The rule-based heuristic on the same questions, and each learned arm's paired EM difference from it."""
+    path = RESULTS / "learning_mixed_baselines.json"
+    if not path.is_file():
+        return ["", f"The heuristic baseline on these questions is not measured yet (`{MIXED_BASELINES}`)."]
+    saved = json.loads(path.read_text(encoding="utf-8"))
+    row = saved["results"]["baseline:heuristic"]
+    heuristic = {"per_question": {q: {"em": em} for q, em in saved["per_question_em"]["baseline:heuristic"].items()}}
+    diffs = {name: learning.paired_difference(r, heuristic) for name, r in (("multi-query", mq), ("search-r1", sr1))}
+    data["vs_heuristic"] = {"heuristic_em": row["em"], **diffs}
+    return ["", f"The rule-based heuristic (nothing learned; search-r1 protocol, same questions and settings) scores "
+                f"EM {row['em']:.3f} with {row['searches']:.2f} searches per question; learned minus heuristic: "
+                + "; ".join(f"{name} {d['mean']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]"
+                            for name, d in diffs.items()) + f" (`{MIXED_BASELINES}`)."]
 
 
 def by_question_type(arms: dict[str, dict[str, Any]], task: str) -> list[str]:
@@ -326,12 +349,13 @@ def by_question_type(arms: dict[str, dict[str, Any]], task: str) -> list[str]:
     keys = ("em", "turns", "searches", "queries")
     if not all(k in v for r in arms.values() for v in r["per_question"].values() for k in keys):
         return []
-    lines = ["", "By question type (descriptive; groups of 10-72 questions, no intervals):", "",
-             "| type | questions | " + " | ".join(f"{name} {k}" for name in arms for k in keys) + " |",
-             "|---|---:|" + "---:|" * (len(arms) * len(keys))]
     groups: dict[str, list[str]] = {}
     for q in next(iter(arms.values()))["per_question"]:
         groups.setdefault(kinds.get(q, "unknown"), []).append(q)
+    sizes = sorted(len(ids) for ids in groups.values())
+    lines = ["", f"By question type (descriptive; groups of {sizes[0]}-{sizes[-1]} questions, no intervals):", "",
+             "| type | questions | " + " | ".join(f"{name} {k}" for name in arms for k in keys) + " |",
+             "|---|---:|" + "---:|" * (len(arms) * len(keys))]
     for kind in sorted(groups):
         ids = groups[kind]
         cells = [f"{sum(r['per_question'][q][k] for q in ids) / len(ids):.{3 if k == 'em' else 2}f}"

@@ -11,7 +11,7 @@ shares: its SFT checkpoint is the common start and its ``grpo_outcome`` phase is
 | ``process`` | R3-RAG | GRPO, outcome + relevance-verified process term vs outcome-only; seeds 0 and 1 each |
 | ``frugal`` | FrugalRAG | GRPO, outcome + 0.1 per search vs outcome-only |
 | ``from_base`` | ReSearch | GRPO from the base model (outcome + format) vs SFT then GRPO |
-| ``ppo`` | Search-R1 | PPO (value head, 16 questions x 1 sample per step) vs GRPO (4 x 4): equal episodes |
+| ``ppo`` | Search-R1 | PPO (value head, 16 x 1 per step) vs GRPO (4 x 4, ``outcome_sft2_s0``): equal episodes |
 | ``rex`` | REX-RAG | GRPO + 2 probes per dead-end group vs GRPO |
 | ``dapo`` | DAPO | GRPO + dynamic sampling (up to 4 rounds) vs GRPO |
 | ``multi_query`` | RAG-R1 | SFT then GRPO under ``multi-query`` vs under ``search-r1``, on ``synthetic-mixed`` |
@@ -86,6 +86,9 @@ ARMS: dict[str, Arm] = {
     "frugal_s0": Arm(reward={**OUTCOME, "cost": 0.1}),
     "from_base_s0": Arm(from_sft=False),
     "ppo_s0": Arm(trainer="ppo"),
+    # outcome_s0's config again, from the re-run SFT checkpoint that ppo_s0 started from (the first
+    # one was not kept and the re-run did not reproduce it exactly: benchmarks/results/learning_2hop_sft.md)
+    "outcome_sft2_s0": Arm(),
     "rex_s0": Arm(options={"rex_probes": 2}, equal_tokens_as="outcome_s0"),
     "dapo_s0": Arm(options={"dynamic_sampling": True, "max_sampling_rounds": 4}, equal_tokens_as="outcome_s0"),
     "multi_query_s0": Arm(reuse="grpo_outcome", out="runs/learning_mixed_mq"),
@@ -109,7 +112,7 @@ COMPARISONS: dict[str, tuple[str, str, list[str], list[str]]] = {
                ["frugal_s0"], ["outcome_s0"]),
     "from_base": ("ReSearch", "RL from outcome reward alone, without demonstrations, learns to search",
                   ["from_base_s0"], ["outcome_s0"]),
-    "ppo": ("Search-R1", "PPO with a value head vs GRPO at equal samples", ["ppo_s0"], ["outcome_s0"]),
+    "ppo": ("Search-R1", "PPO with a value head vs GRPO at equal samples", ["ppo_s0"], ["outcome_sft2_s0"]),
     "rex": ("REX-RAG", "probes that leave dead ends, with importance correction, help GRPO",
             ["rex_s0"], ["outcome_s0"]),
     "dapo": ("DAPO", "dynamic sampling (only groups with signal) helps GRPO", ["dapo_s0"], ["outcome_s0"]),
@@ -380,6 +383,10 @@ def report(args: argparse.Namespace) -> None:
             lines = [f"**{paper}**: {claim}. Task {args.task}, {args.n_dev} held-out dev questions, greedy "
                      f"decoding; every arm {args.steps} steps from the same start (SFT checkpoint of `{args.out}`, "
                      "except `from_base`), LoRA rank 12.", ""]
+            if "outcome_sft2_s0" in first + second:
+                lines[-2] += (" Both arms start from the re-run SFT checkpoint (`benchmarks/results/learning_2hop_sft.md`;"
+                              " the first one, which the other comparisons started from, was not kept), so the GRPO "
+                              "arm is `outcome_s0`'s config trained again from it.")
         data: dict[str, Any] = {"comparison": key, "paper": paper, "claim": claim, "first": first,
                                 "second": second, "missing": missing, "machine": machine(), "arms": {}}
         if any(r is not None for r in rows.values()):

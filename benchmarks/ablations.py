@@ -384,9 +384,10 @@ def report(args: argparse.Namespace) -> None:
                      f"decoding; every arm {args.steps} steps from the same start (SFT checkpoint of `{args.out}`, "
                      "except `from_base`), LoRA rank 12.", ""]
             if "outcome_sft2_s0" in first + second:
-                lines[-2] += (" Both arms start from the re-run SFT checkpoint (`benchmarks/results/learning_2hop_sft.md`;"
-                              " the first one, which the other comparisons started from, was not kept), so the GRPO "
-                              "arm is `outcome_s0`'s config trained again from it.")
+                lines[-2] += (" Both arms start from the re-run SFT checkpoint "
+                              "(`benchmarks/results/learning_2hop_sft.md`; the first one, which the other "
+                              "comparisons started from, was not kept), so the GRPO arm is `outcome_s0`'s config "
+                              "trained again from it.")
         data: dict[str, Any] = {"comparison": key, "paper": paper, "claim": claim, "first": first,
                                 "second": second, "missing": missing, "machine": machine(), "arms": {}}
         if any(r is not None for r in rows.values()):

@@ -341,6 +341,43 @@ def heuristic_beside(mq: dict[str, Any], sr1: dict[str, Any], data: dict[str, An
                             for name, d in diffs.items()) + f" (`{MIXED_BASELINES}`)."]
 
 
+def reward_halves(recs: list[dict[str, Any]]) -> tuple[float, float, float] | None:
+    """Mean training reward over the first and second half of the steps, and the std of the per-step means."""
+    rewards = [float(r["reward_mean"]) for r in recs if "reward_mean" in r]
+    if len(rewards) < 2:
+        return None
+    half = len(rewards) // 2
+    mean = sum(rewards) / len(rewards)
+    std = (sum((x - mean) ** 2 for x in rewards) / (len(rewards) - 1)) ** 0.5
+    return sum(rewards[:half]) / half, sum(rewards[half:]) / (len(rewards) - half), std
+
+
+def ppo_verdict(args: argparse.Namespace, ppo: str, grpo: str, em: dict[str, float], data: dict[str, Any]) -> list[str]:
+    """Search-R1's PPO-vs-GRPO finding is about convergence and stability, not a winner: say what EM and curves show.
+
+    Search-R1 reports GRPO converging faster and PPO training more stably, at similar final
+    performance; so an interval that includes zero is read as "no difference resolved", and the
+    training-reward curves are summarised beside it (first and second half of the steps).
+    """
+    lines = ["", "Training reward (mean of the per-step means; first half of the steps, second half; std over steps):"]
+    halves = {}
+    for n in (ppo, grpo):
+        h = reward_halves(curve_records(args, n))
+        halves[n] = h
+        lines.append(f"- {n}: " + ("no curve" if h is None else f"{h[0]:+.3f}, {h[1]:+.3f}; std {h[2]:.3f}"))
+    data["reward_halves"] = halves
+    if em["ci_low"] > 0:
+        verdict = "PPO ahead in held-out EM at this budget."
+    elif em["ci_high"] < 0:
+        verdict = "GRPO ahead in held-out EM at this budget."
+    else:
+        verdict = ("no difference in held-out EM resolved at this budget (the interval includes zero). Search-R1 "
+                   "reports similar final performance, GRPO converging faster and PPO training more stably, over "
+                   "runs hundreds of steps long; these 20 steps do not test either.")
+    data["verdict"] = verdict
+    return lines + ["", f"Verdict: {verdict}"]
+
+
 def by_question_type(arms: dict[str, dict[str, Any]], task: str) -> list[str]:
     """Per question type (bridge by hops, comparison, single-hop): EM, turns, search turns, queries of each arm.
 
@@ -428,6 +465,8 @@ def report(args: argparse.Namespace) -> None:
                           f"{d['ci_high']:+.3f}]; questions won / lost {d['a_better']} / {d['b_better']}."]
             if key == "multi_query":
                 lines += multi_query_verdict(rows[first[0]], rows[second[0]], d, data)  # type: ignore[arg-type]
+            elif key == "ppo":
+                lines += ppo_verdict(args, first[0], second[0], d, data)
             else:
                 if d["ci_low"] > 0:
                     verdict = "the paper's direction holds here at this budget."

@@ -538,7 +538,10 @@ def main() -> None:
             f"| 1 actor x 64 envs | {one:.0f} | 1.00x |", f"| 2 actors x 32 envs | {two:.0f} | {two / one:.2f}x |",
         ])
     write_results("engines", {"n": args.n, "repeats": args.repeats, "seconds": times, "paired": paired,
-                              "paired_episode_seconds": per_episode, "ray_episodes_per_s": ray_rows,
+                              # seconds per episode summed over the repeats: what the intervals resample
+                              "paired_episode_seconds": {n: [round(sum(col), 9) for col in zip(*v, strict=True)]
+                                                         for n, v in per_episode.items()},
+                              "ray_episodes_per_s": ray_rows,
                               "verl_seconds": verl, "skyrl_parts_us": parts, "scaled_paired": scaled,
                               "scale_passages": args.scale_passages,
                               "engine_env_retrieval_seconds": env_retrieval, "trl_adapter_seconds": adapter,

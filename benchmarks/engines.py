@@ -368,6 +368,18 @@ def goal(p: dict[str, float], limit: float = 0.05) -> str:
     return "not met" if p["ci_low"] >= limit else "unresolved: the interval spans 5%"
 
 
+def paired_rows(paired: dict[str, dict[str, float]], skyrl_label: str, tools_label: str) -> list[str]:
+    """The header, the plain baseline and the two paired adapters as Markdown table rows."""
+    rows = ["| adapter | ms / episode | baseline ms / episode | overhead vs env + retrieval | goal < 5% |",
+            "|---|---:|---:|---:|---|",
+            f"| plain SearchQAEnv (baseline) | {paired['skyrl']['plain_ms_per_episode']:.3f} | - | - | - |"]
+    for label, p in ((skyrl_label, paired["skyrl"]), (tools_label, paired["trl-tools"])):
+        rows.append(f"| {label} | {p['plain_ms_per_episode'] + p['us_per_episode'] / 1000:.3f} | "
+                    f"{p['plain_ms_per_episode']:.3f} | {100 * p['overhead']:+.1f}% [{100 * p['ci_low']:+.1f}%, "
+                    f"{100 * p['ci_high']:+.1f}%] | {goal(p)} |")
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=200, help="Episodes per adapter and repeat.")
@@ -459,14 +471,8 @@ def main() -> None:
         "bootstrap interval over episodes; the goal is met when the whole interval is under 5%. The "
         "token-level rows: median of the interleaved repeats.",
         "",
-        "| adapter | ms / episode | baseline ms / episode | overhead vs env + retrieval | goal < 5% |",
-        "|---|---:|---:|---:|---|",
-        f"| plain SearchQAEnv (baseline) | {paired['skyrl']['plain_ms_per_episode']:.3f} | - | - | - |",
-        *(f"| {label} | {p['plain_ms_per_episode'] + p['us_per_episode'] / 1000:.3f} | "
-          f"{p['plain_ms_per_episode']:.3f} | {100 * p['overhead']:+.1f}% [{100 * p['ci_low']:+.1f}%, "
-          f"{100 * p['ci_high']:+.1f}%] | {goal(p)} |"
-          for label, p in (("SkyRL-gym `SearchQASkyRLEnv` (built per episode)", paired["skyrl"]),
-                           ("TRL `SearchQAToolEnv` (environment_factory)", paired["trl-tools"]))),
+        *paired_rows(paired, "SkyRL-gym `SearchQASkyRLEnv` (built per episode)",
+                     "TRL `SearchQAToolEnv` (environment_factory)"),
         f"| TRL `SearchQARollout` (rollout_func) vs the rollout engine inside it | {per_ep['trl-rollout']:.3f} | "
         f"{per_ep['engine']:.3f} | {100 * rows['trl-rollout']:+.1f}% | "
         f"{'met' if rows['trl-rollout'] < 0.05 else 'not met'} |",
@@ -520,14 +526,7 @@ def main() -> None:
             "", f"The same, paired, over a corpus of realistic size: the task's corpus plus "
             f"{args.scale_passages:,} generated passages (BM25), {args.scale_n} episodes x "
             f"{max(3, args.repeats // 3)} repeats.", "",
-            "| adapter | ms / episode | baseline ms / episode | overhead vs env + retrieval | goal < 5% |",
-            "|---|---:|---:|---:|---|",
-            f"| plain SearchQAEnv (baseline) | {scaled['skyrl']['plain_ms_per_episode']:.3f} | - | - | - |",
-            *(f"| {label} | {p['plain_ms_per_episode'] + p['us_per_episode'] / 1000:.3f} | "
-              f"{p['plain_ms_per_episode']:.3f} | {100 * p['overhead']:+.1f}% [{100 * p['ci_low']:+.1f}%, "
-              f"{100 * p['ci_high']:+.1f}%] | {goal(p)} |"
-              for label, p in (("SkyRL-gym `SearchQASkyRLEnv`", scaled["skyrl"]),
-                               ("TRL `SearchQAToolEnv`", scaled["trl-tools"]))),
+            *paired_rows(scaled, "SkyRL-gym `SearchQASkyRLEnv`", "TRL `SearchQAToolEnv`"),
         ]) + "\n"
     if ray_rows:
         one, two = statistics.median(ray_rows["1x64"]), statistics.median(ray_rows["2x32"])

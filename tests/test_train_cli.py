@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -124,6 +125,34 @@ def test_plot_draws_png(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     png = run / "learning_curves.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_keeps_each_runs_colour_in_every_panel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run without a panel's metric (only PPO logs value loss) must not hand its colour to another run."""
+    import matplotlib.axes
+
+    from agents.plot import plot_runs
+
+    ppo, grpo = tmp_path / "ppo", tmp_path / "grpo"
+    for run, extra in ((ppo, "vf_loss"), (grpo, "zero_variance_groups")):
+        run.mkdir()
+        recs = [{"step": i, "reward_mean": i / 10, extra: float(i)} for i in range(1, 6)]
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    drawn: list[tuple[str, str]] = []
+    plot = matplotlib.axes.Axes.plot
+
+    def recording(self: matplotlib.axes.Axes, *args: Any, **kwargs: Any) -> Any:
+        lines = plot(self, *args, **kwargs)
+        drawn.extend((kwargs.get("label", ""), lines[0].get_color()) for _ in lines)
+        return lines
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", recording)
+    plot_runs([ppo, grpo], tmp_path / "curves.png", labels=["ppo", "grpo"], smooth=3)
+    colours = {label: {c for name, c in drawn if name == label} for label in ("ppo", "grpo")}
+    assert all(len(c) == 1 for c in colours.values()), colours
+    assert colours["ppo"] != colours["grpo"]
+    # each run's metric-only panel was drawn (value loss for ppo, zero-variance groups for grpo)
+    assert sum(1 for name, _ in drawn if name == "grpo") == 2 and sum(1 for name, _ in drawn if name == "ppo") == 2
 
 
 def test_plot_without_metrics_fails_cleanly(tmp_path: Path) -> None:

@@ -78,17 +78,21 @@ def plot_runs(
     cols = min(3, len(panels))
     rows = math.ceil(len(panels) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.0 * rows), squeeze=False)
+    # one colour per run in every panel: a run that lacks a panel's metric (PPO's value loss, GRPO's
+    # zero-variance groups) must not shift the others onto the next colour of that panel
+    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    colors = [cycle[i % len(cycle)] for i in range(len(runs))]
     for ax, (key, title) in zip(axes.flat, panels, strict=False):
-        for recs, name in zip(runs, names, strict=True):
+        for recs, name, color in zip(runs, names, colors, strict=True):
             pts = [(r["step"], v) for r in recs if (v := _get(r, key)) is not None]
             if not pts:
                 continue
             xs, ys = zip(*pts, strict=True)
             if smooth > 1:
-                line = ax.plot(xs, ys, alpha=0.25)[0]
-                ax.plot(xs, _smooth(ys, smooth), color=line.get_color(), label=name)
+                ax.plot(xs, ys, alpha=0.25, color=color)
+                ax.plot(xs, _smooth(ys, smooth), color=color, label=name)
             else:
-                ax.plot(xs, ys, label=name)
+                ax.plot(xs, ys, color=color, label=name)
         ax.set_title(title)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)

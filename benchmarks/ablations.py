@@ -275,6 +275,45 @@ def averaged(rows: list[dict[str, Any]]) -> dict[str, Any]:
                              for q in sorted(ids)}}
 
 
+def over_seeds(first: list[dict[str, Any]], second: list[dict[str, Any]], reps: int = 10_000) -> dict[str, Any]:
+    """How the EM difference holds up across training seeds (two or more runs per side).
+
+    Returns the per-seed paired differences (first[i] - second[i]), a two-level bootstrap interval
+    (each resample draws seeds with replacement on each side, then questions with replacement), and
+    an exact permutation test over the runs' EMs: every way of splitting the runs into groups of
+    the two sides' sizes, two-sided p = the share of splits whose difference in mean EM is at least
+    as large as the observed one. The smallest p it can give is ``2 / C(n, k)`` for a symmetric split.
+    """
+    import itertools
+
+    import numpy as np
+
+    ids = sorted(set.intersection(*(set(r["per_question"]) for r in first + second)))
+    a = np.array([[r["per_question"][q]["em"] for q in ids] for r in first], dtype=np.float64)
+    b = np.array([[r["per_question"][q]["em"] for q in ids] for r in second], dtype=np.float64)
+    rng = np.random.default_rng(12345)
+    boots = np.empty(reps)
+    for i in range(reps):
+        qs = rng.integers(0, len(ids), size=len(ids))
+        sa = rng.integers(0, len(first), size=len(first))
+        sb = rng.integers(0, len(second), size=len(second))
+        boots[i] = a[sa][:, qs].mean() - b[sb][:, qs].mean()
+    lo, hi = np.percentile(boots, [2.5, 97.5])
+    ems = [float(x) for x in np.concatenate([a.mean(axis=1), b.mean(axis=1)])]
+    observed = float(np.mean(ems[: len(first)]) - np.mean(ems[len(first):]))
+    splits = list(itertools.combinations(range(len(ems)), len(first)))
+    total = sum(ems)
+
+    def split_difference(chosen: tuple[int, ...]) -> float:
+        inside = sum(ems[i] for i in chosen)
+        return inside / len(chosen) - (total - inside) / (len(ems) - len(chosen))
+
+    extreme = sum(1 for chosen in splits if abs(split_difference(chosen)) >= abs(observed) - 1e-12)
+    return {"per_seed": [learning.paired_difference(x, y) for x, y in zip(first, second, strict=False)],
+            "two_level_ci": [float(lo), float(hi)], "run_ems": ems, "observed": observed,
+            "permutation_p": extreme / len(splits), "splits": len(splits), "min_p": 2 / len(splits)}
+
+
 #: RAG-R1 claims fewer turns "at equal or better accuracy". Accuracy counts as kept when the paired
 #: EM interval stays above minus this margin (fixed on 2026-11-25, before either run had finished).
 MQ_EM_MARGIN = 0.05
@@ -468,6 +507,21 @@ def report(args: argparse.Namespace) -> None:
             elif key == "ppo":
                 lines += ppo_verdict(args, first[0], second[0], d, data)
             else:
+                if len(first) > 1 and len(second) > 1:
+                    seeds = over_seeds([rows[n] for n in first], [rows[n] for n in second])  # type: ignore[misc]
+                    data["over_seeds"] = seeds
+                    per_seed = ", ".join(f"{x} - {y}: {p['mean']:+.3f} [{p['ci_low']:+.3f}, {p['ci_high']:+.3f}]"
+                                         for x, y, p in zip(first, second, seeds["per_seed"], strict=False))
+                    lo, hi = seeds["two_level_ci"]
+                    sentence = (f"Over training seeds: per seed {per_seed}. A two-level bootstrap (seeds, then "
+                                f"questions) gives [{lo:+.3f}, {hi:+.3f}]. A permutation test over the "
+                                f"{len(seeds['run_ems'])} runs' EMs gives p = {seeds['permutation_p']:.2f} (two-sided, "
+                                f"{seeds['splits']} splits)")
+                    if seeds["min_p"] > 0.05:
+                        sentence += (f"; with {len(first)} and {len(second)} runs the smallest p it can give is "
+                                     f"{seeds['min_p']:.2f}, so it cannot reject at 0.05 whatever the result: more "
+                                     "seeds are what would make it informative")
+                    lines += ["", sentence + "."]
                 if d["ci_low"] > 0:
                     verdict = "the paper's direction holds here at this budget."
                 elif d["ci_high"] < 0:

@@ -5,7 +5,8 @@ answer) run through:
 
 - ``plain``: ``SearchQAEnv.reset`` + ``step`` (the environment and retrieval work itself);
 - ``skyrl``: :class:`searchenv.integrations.skyrl.SearchQASkyRLEnv`, built per episode as SkyRL
-  builds one environment per trajectory, ``init`` + ``step`` + ``get_metrics`` + ``close``;
+  builds one environment per trajectory, from a row that carries ``max_turns`` as SkyRL's
+  generator writes it into every row, ``init`` + ``step`` + ``get_metrics`` + ``close``;
 - ``trl-tools``: :class:`agents.integrations.trl.SearchQAToolEnv` (``environment_factory``), one
   instance reset per episode as TRL pools them: ``reset`` + ``search`` x2 + ``answer`` + ``get_reward``;
 - ``trl-rollout``: :class:`agents.integrations.trl.SearchQARollout` (``rollout_func``) with a
@@ -111,13 +112,24 @@ def run_plain(env: SearchQAEnv, examples: Sequence[QAExample]) -> float:
     return time.perf_counter() - start
 
 
+#: SkyRL's generator writes its ``max_turns`` into every row before it builds the environment
+#: (``env_extras["max_turns"] = self.max_turns``); the plain environment's default budget, so the
+#: episodes are the same.
+SKYRL_MAX_TURNS = 4
+
+
+def skyrl_rows(examples: Sequence[QAExample]) -> list[dict[str, Any]]:
+    """The dataset rows SkyRL hands its environments: the question's fields and the generator's max_turns."""
+    return [{"question": ex.question, "answers": list(ex.answers), "evidence_ids": list(ex.evidence_ids), "id": ex.id,
+             "max_turns": SKYRL_MAX_TURNS} for ex in examples]
+
+
 def run_skyrl(index: str, examples: Sequence[QAExample]) -> float:
     from searchenv.integrations.skyrl import SearchQASkyRLEnv  # skyrl-gym: not in .venv-verl, which imports this file
 
     config = {"retriever": index}
     # the dataset rows exist before the trajectories start (SkyRL hands each env its row)
-    rows = [{"question": ex.question, "answers": list(ex.answers), "evidence_ids": list(ex.evidence_ids), "id": ex.id}
-            for ex in examples]
+    rows = skyrl_rows(examples)
     start = time.perf_counter()
     for row in rows:
         env = SearchQASkyRLEnv(config, row)
@@ -154,8 +166,7 @@ def paired_episodes(env: SearchQAEnv, index: str, make_tools: Any, examples: Seq
     from searchenv.integrations.skyrl import SearchQASkyRLEnv
 
     config = {"retriever": index}
-    rows = [{"question": ex.question, "answers": list(ex.answers), "evidence_ids": list(ex.evidence_ids), "id": ex.id}
-            for ex in examples]
+    rows = skyrl_rows(examples)
     tools = make_tools()
     clock = time.perf_counter
 
@@ -238,8 +249,7 @@ def skyrl_parts(index: str, examples: Sequence[QAExample], repeats: int) -> dict
 
     clock = time.perf_counter_ns
     config = {"retriever": index}
-    rows = [{"question": ex.question, "answers": list(ex.answers), "evidence_ids": list(ex.evidence_ids), "id": ex.id}
-            for ex in examples]
+    rows = skyrl_rows(examples)
     passes: list[dict[str, int]] = []
     inner = [0]
 
@@ -258,6 +268,7 @@ def skyrl_parts(index: str, examples: Sequence[QAExample], repeats: int) -> dict
         for row in rows:  # SearchQASkyRLEnv.__init__, piece by piece, in its order
             a = clock()
             settings, key = skyrl._settings(config)
+            settings, key = skyrl._with_turns(settings, key, int(row["max_turns"]))
             b = clock()
             example = example_from_row(row)
             c = clock()

@@ -29,6 +29,21 @@ def test_rows_round_trip(items: list[tuple[str, list[str], list[str]]]) -> None:
                                                                                 ex.evidence_ids)
 
 
+@given(text, text, st.lists(st.one_of(text, st.integers()), min_size=1, max_size=3),
+       st.one_of(text, st.lists(st.one_of(text, st.integers()), max_size=3)))
+def test_a_row_gives_the_example_the_dataclass_would(ident: str, question: str, answers: list[object],
+                                                     evidence: object) -> None:
+    """The flat-row reader builds examples without re-running QAExample's checks: same value, as frozen."""
+    back = example_from_row({"id": ident, "question": question, "answers": answers, "evidence_ids": evidence})
+    expected = QAExample(ident, question, tuple(map(str, answers)),
+                         (evidence,) if isinstance(evidence, str) else tuple(map(str, evidence)))  # type: ignore[call-overload]
+    assert back == expected and hash(back.answers) == hash(expected.answers)
+    assert (back.decomposition, back.type, back.hops, back.metadata) == ((), "single-hop", 1, {})
+    with pytest.raises(AttributeError):
+        back.question = "changed"  # type: ignore[misc]
+    assert back.metadata is not example_from_row({"question": question, "answers": answers}).metadata
+
+
 def test_rows_of_other_layouts_and_bad_rows() -> None:
     skyrl = {"prompt": [{"role": "system", "content": "s"}, {"role": "user", "content": "Where is Karsk?"}],
              "reward_spec": {"ground_truth": {"target": "Vuldoria"}}}

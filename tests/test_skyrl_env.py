@@ -124,6 +124,27 @@ def test_a_closed_env_is_reused_by_the_next_trajectory(index: Path) -> None:
     assert other.env is not inner  # other settings: another environment
 
 
+def test_the_rows_turn_budget_picks_the_environment(index: Path) -> None:
+    """SkyRL's generator writes its max_turns into every row: each budget gets its own pooled environments."""
+    row = _row(EXAMPLES[0])
+    config = {"retriever": str(index), "top_k": 1}
+    three = SearchQASkyRLEnv(config, {**row, "max_turns": 3})
+    assert three.max_turns == 3 and three.env is not None and three.env.max_turns == 3
+    inner = three.env
+    three.close()
+    again = SearchQASkyRLEnv(config, {**row, "max_turns": 3})
+    assert again.env is inner  # the same budget: the environment the last trajectory closed
+    two = SearchQASkyRLEnv(config, {**row, "max_turns": 2})
+    assert two.env is not inner and two.max_turns == 2
+    two.init()
+    two.step("<search> Tobin Quenn </search>")
+    assert two.step("<search> Karsk </search>")["done"]  # its own budget of two turns, not three
+    other = SearchQASkyRLEnv({"retriever": str(index), "top_k": 2}, {**row, "max_turns": 3})
+    assert other.env is not inner and other.env is not None and other.env.top_k == 2  # settings, then budget
+    for env in (again, two, other):
+        env.close()
+
+
 @pytest.mark.parametrize("protocol", ["browse", "arena"])
 def test_new_protocols_through_skyrl(index: Path, protocol: str) -> None:
     """Opens, citations and their metrics come through the SkyRL adapter unchanged."""

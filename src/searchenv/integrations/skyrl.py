@@ -53,6 +53,9 @@ _lock = threading.Lock()
 #: Closed environments per settings, reused by the next trajectories (SkyRL builds one env per trajectory).
 _POOL = EnvPool()
 _SETTINGS: dict[int, tuple[Any, dict[str, Any], str]] = {}
+#: (settings key, a row's max_turns) -> those settings with it, and their pool key. SkyRL's generator
+#: writes its max_turns into every row, so this is the common path, and a pool key is a JSON dump.
+_WITH_TURNS: dict[tuple[str, int], tuple[dict[str, Any], str]] = {}
 
 
 def _plain(config: Any) -> dict[str, Any]:
@@ -88,6 +91,20 @@ def _settings(env_config: Any) -> tuple[dict[str, Any], str]:
     return config, key
 
 
+def _with_turns(config: dict[str, Any], key: str, max_turns: int) -> tuple[dict[str, Any], str]:
+    """``config`` with a row's ``max_turns``, and its pool key; cached (SkyRL puts max_turns in every row)."""
+    cached = _WITH_TURNS.get((key, max_turns))
+    if cached is not None:
+        return cached
+    turned = {**config, "max_turns": max_turns}
+    out = (turned, EnvPool.key(turned))
+    with _lock:
+        if len(_WITH_TURNS) >= 256:
+            _WITH_TURNS.clear()
+        _WITH_TURNS[(key, max_turns)] = out
+    return out
+
+
 class SearchQASkyRLEnv(BaseTextEnv):
     """One SearchQA-v0 episode behind SkyRL-gym's ``BaseTextEnv`` (see the module docstring).
 
@@ -107,8 +124,7 @@ class SearchQASkyRLEnv(BaseTextEnv):
         row = extras or {}
         self.example = example_from_row(row)
         if "max_turns" in row:
-            config = {**config, "max_turns": int(row["max_turns"])}
-            key = EnvPool.key(config)
+            config, key = _with_turns(config, key, int(row["max_turns"]))
         self._key, env = _POOL.acquire(config, self.example, key)  # a closed env with these settings, if any
         self.env: SearchQAEnv | None = env
         self.max_turns = env.max_turns

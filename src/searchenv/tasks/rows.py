@@ -24,7 +24,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from searchenv.tasks.base import QAExample
+from searchenv.tasks.base import QAExample, checked_example
 
 #: The agent loop name rows select in verl (``agent_name``).
 VERL_AGENT_NAME = "searchqa_agent"
@@ -99,12 +99,9 @@ def example_from_row(row: Mapping[str, Any]) -> QAExample:
     ident = row.get("id")
     if ident is None:
         ident = info.get("id", info.get("index", "row"))
-    return QAExample(
-        id=str(ident),
-        question=question,
-        answers=tuple(map(str, answers)),
-        evidence_ids=(evidence,) if isinstance(evidence, str) else tuple(map(str, evidence)),
-    )
+    # checked above as QAExample checks (question a non-empty str; answers and evidence made tuples of str)
+    return checked_example(str(ident), question, tuple(map(str, answers)),
+                           (evidence,) if isinstance(evidence, str) else tuple(map(str, evidence)))
 
 
 def write_parquet(rows: Sequence[Mapping[str, Any]], path: str | os.PathLike[str]) -> Path:

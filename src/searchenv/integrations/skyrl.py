@@ -139,7 +139,9 @@ class SearchQASkyRLEnv(BaseTextEnv):
         Returns:
             The messages and ``{"example_id": ...}``.
         """
-        env = self._live()
+        env = self.env
+        if env is None:
+            raise RuntimeError("this environment was closed")
         _, info = env.reset(options={"example": self.example})
         self.turns = 0
         self.final_info = None
@@ -174,11 +176,6 @@ class SearchQASkyRLEnv(BaseTextEnv):
         env, self.env = self.env, None
         if env is not None:
             _POOL.release(self._key, env)
-
-    def _live(self) -> SearchQAEnv:
-        if self.env is None:
-            raise RuntimeError("this environment was closed")
-        return self.env
 
 
 def register(env_id: str = ENV_ID) -> None:

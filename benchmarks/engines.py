@@ -398,7 +398,8 @@ def main() -> None:
     parser.add_argument("--ray-steps", type=int, default=60, help="Vector steps per Ray measurement (0: skip).")
     parser.add_argument("--scale-passages", type=int, default=1_000_000,
                         help="Also measure SkyRL and TRL tools over the corpus plus this many generated passages "
-                             "(0: skip).")
+                             "(0: skip). Built once into the task's cache: a million passages take about 72 s and "
+                             "3.3 GB to index here (benchmarks/results/retrieval_bm25_scale.md).")
     parser.add_argument("--scale-n", type=int, default=100, help="Episodes per repeat over the scaled corpus.")
     args = parser.parse_args()
 

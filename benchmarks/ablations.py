@@ -121,6 +121,14 @@ COMPARISONS: dict[str, tuple[str, str, list[str], list[str]]] = {
 }
 
 
+#: Where a comparison's arms do not start from the shared SFT checkpoint, said after its header.
+START_NOTES = {
+    "ppo": (" Both arms start from the re-run SFT checkpoint (`benchmarks/results/learning_2hop_sft.md`; the first "
+            "one, which the other comparisons started from, was not kept), so the GRPO arm is `outcome_s0`'s config "
+            "trained again from it."),
+}
+
+
 def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--arms", default="", help=f"Comma list of {', '.join(ARMS)} to run now.")
@@ -350,7 +358,7 @@ def multi_query_verdict(mq: dict[str, Any], sr1: dict[str, Any], em: dict[str, f
     if per_turn:
         lines += ["", "Queries per search turn (how much of the saving is parallel queries rather than fewer "
                       "queries): " + ", ".join(f"{name} {v:.2f}" for name, v in per_turn.items()) + "."]
-    lines += heuristic_beside(mq, sr1, data)
+    lines += heuristic_beside({"multi-query": mq, "search-r1": sr1}, "synthetic-mixed", data)
     lines += by_question_type({"multi-query": mq, "search-r1": sr1}, "synthetic-mixed")
     per_q = {name: r["eval_seconds"] / r["n"] for name, r in (("multi-query", mq), ("search-r1", sr1))}
     return lines + ["", "Seconds per question (greedy evaluation, same machine, one run after the other): "
@@ -362,22 +370,27 @@ def multi_query_verdict(mq: dict[str, Any], sr1: dict[str, Any], em: dict[str, f
 MIXED_BASELINES = ("python benchmarks/learning.py --task synthetic-mixed --top-k 3 --max-turns 3 --max-doc-chars 450 "
                    "--max-new-tokens 80 --protocol search-r1 --phases baselines --baselines heuristic,oracle "
                    "--name learning_mixed_baselines --out runs/learning_mixed_baselines")
+#: Per task: the results file whose ``baseline:heuristic`` ran on the same dev questions and settings as
+#: the arms, and where its command is.
+BASELINES = {"synthetic-2hop": ("learning_2hop.json", "`benchmarks/results/learning_2hop.md`"),
+             "synthetic-mixed": ("learning_mixed_baselines.json", f"`{MIXED_BASELINES}`")}
 
 
-def heuristic_beside(mq: dict[str, Any], sr1: dict[str, Any], data: dict[str, Any]) -> list[str]:
+def heuristic_beside(arms: dict[str, dict[str, Any]], task: str, data: dict[str, Any]) -> list[str]:
     """The rule-based heuristic on the same questions, and each learned arm's paired EM difference from it."""
-    path = RESULTS / "learning_mixed_baselines.json"
+    file, source = BASELINES[task]
+    path = RESULTS / file
     if not path.is_file():
-        return ["", f"The heuristic baseline on these questions is not measured yet (`{MIXED_BASELINES}`)."]
+        return ["", f"The heuristic baseline on these questions is not measured yet ({source})."]
     saved = json.loads(path.read_text(encoding="utf-8"))
     row = saved["results"]["baseline:heuristic"]
     heuristic = {"per_question": {q: {"em": em} for q, em in saved["per_question_em"]["baseline:heuristic"].items()}}
-    diffs = {name: learning.paired_difference(r, heuristic) for name, r in (("multi-query", mq), ("search-r1", sr1))}
+    diffs = {name: learning.paired_difference(r, heuristic) for name, r in arms.items()}
     data["vs_heuristic"] = {"heuristic_em": row["em"], **diffs}
     return ["", f"The rule-based heuristic (nothing learned; search-r1 protocol, same questions and settings) scores "
                 f"EM {row['em']:.3f} with {row['searches']:.2f} searches per question; learned minus heuristic: "
                 + "; ".join(f"{name} {d['mean']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]"
-                            for name, d in diffs.items()) + f" (`{MIXED_BASELINES}`)."]
+                            for name, d in diffs.items()) + f" ({source})."]
 
 
 def reward_halves(recs: list[dict[str, Any]]) -> tuple[float, float, float] | None:
@@ -459,11 +472,7 @@ def report(args: argparse.Namespace) -> None:
             lines = [f"**{paper}**: {claim}. Task {args.task}, {args.n_dev} held-out dev questions, greedy "
                      f"decoding; every arm {args.steps} steps from the same start (SFT checkpoint of `{args.out}`, "
                      "except `from_base`), LoRA rank 12.", ""]
-            if "outcome_sft2_s0" in first + second:
-                lines[-2] += (" Both arms start from the re-run SFT checkpoint "
-                              "(`benchmarks/results/learning_2hop_sft.md`; the first one, which the other "
-                              "comparisons started from, was not kept), so the GRPO arm is `outcome_s0`'s config "
-                              "trained again from it.")
+            lines[-2] += START_NOTES.get(key, "")
         data: dict[str, Any] = {"comparison": key, "paper": paper, "claim": claim, "first": first,
                                 "second": second, "missing": missing, "machine": machine(), "arms": {}}
         if any(r is not None for r in rows.values()):
@@ -506,6 +515,7 @@ def report(args: argparse.Namespace) -> None:
                 lines += multi_query_verdict(rows[first[0]], rows[second[0]], d, data)  # type: ignore[arg-type]
             elif key == "ppo":
                 lines += ppo_verdict(args, first[0], second[0], d, data)
+                lines += heuristic_beside({n: rows[n] for n in first + second}, args.task, data)  # type: ignore[misc]
             else:
                 if len(first) > 1 and len(second) > 1:
                     seeds = over_seeds([rows[n] for n in first], [rows[n] for n in second])  # type: ignore[misc]
@@ -530,6 +540,7 @@ def report(args: argparse.Namespace) -> None:
                     verdict = "unresolved at this budget: the interval includes zero."
                 lines += ["", f"Verdict on accuracy: {verdict}"]
                 data["verdict"] = verdict
+                lines += heuristic_beside({n: rows[n] for n in first + second}, args.task, data)  # type: ignore[misc]
         elif key == "multi_query":
             lines += ["", "Pending: " + "; ".join(f"{n} (`{MULTI_QUERY_RUNS[n]}`)" for n in missing) + "."]
         else:

@@ -125,6 +125,7 @@ def test_plot_draws_png(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     png = run / "learning_curves.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(p.name for p in run.iterdir()) == ["learning_curves.png", "metrics.jsonl"]  # no temporary left
 
 
 def test_plot_keeps_each_runs_colour_in_every_panel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

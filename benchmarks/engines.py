@@ -103,13 +103,11 @@ class ScriptedTokens:
         return out
 
 
-def run_plain(env: SearchQAEnv, examples: Sequence[QAExample]) -> float:
-    start = time.perf_counter()
-    for ex in examples:
-        env.reset(options={"example_id": ex.id})
-        for t in turns(ex.question):
-            env.step(t)
-    return time.perf_counter() - start
+def plain_episode(env: SearchQAEnv, ex: QAExample) -> None:
+    """One scripted episode on the plain environment: the environment and retrieval work itself."""
+    env.reset(options={"example_id": ex.id})
+    for t in turns(ex.question):
+        env.step(t)
 
 
 #: SkyRL's generator writes its ``max_turns`` into every row before it builds the environment
@@ -124,32 +122,53 @@ def skyrl_rows(examples: Sequence[QAExample]) -> list[dict[str, Any]]:
              "max_turns": SKYRL_MAX_TURNS} for ex in examples]
 
 
-def run_skyrl(index: str, examples: Sequence[QAExample]) -> float:
-    from searchenv.integrations.skyrl import SearchQASkyRLEnv  # skyrl-gym: not in .venv-verl, which imports this file
+def skyrl_env_class() -> Any:
+    """`SearchQASkyRLEnv`, imported here: skyrl-gym is not in .venv-verl, which imports this file."""
+    from searchenv.integrations.skyrl import SearchQASkyRLEnv
 
-    config = {"retriever": index}
-    # the dataset rows exist before the trajectories start (SkyRL hands each env its row)
-    rows = skyrl_rows(examples)
+    return SearchQASkyRLEnv
+
+
+def skyrl_episode(env_class: Any, config: dict[str, Any], row: dict[str, Any]) -> None:
+    """One trajectory as SkyRL runs it: an environment built from the row, init, steps, metrics, close."""
+    env = env_class(config, row)
+    env.init()
+    for t in turns(row["question"]):
+        env.step(t)
+    env.get_metrics()
+    env.close()  # as SkyRL's generator does at the end of a trajectory
+
+
+def tools_episode(env: Any, ex: QAExample) -> None:
+    """One episode through TRL's tools; TRL builds an instance once and resets it for each rollout."""
+    env.reset(example_id=ex.id)
+    env.search(ex.question)
+    env.search(ex.question)
+    env.answer("unknown")
+    env.get_reward()
+
+
+def run_plain(env: SearchQAEnv, examples: Sequence[QAExample]) -> float:
+    start = time.perf_counter()
+    for ex in examples:
+        plain_episode(env, ex)
+    return time.perf_counter() - start
+
+
+def run_skyrl(index: str, examples: Sequence[QAExample]) -> float:
+    env_class, config = skyrl_env_class(), {"retriever": index}
+    rows = skyrl_rows(examples)  # the dataset rows exist before the trajectories start
     start = time.perf_counter()
     for row in rows:
-        env = SearchQASkyRLEnv(config, row)
-        env.init()
-        for t in turns(row["question"]):
-            env.step(t)
-        env.get_metrics()
-        env.close()  # as SkyRL's generator does at the end of a trajectory
+        skyrl_episode(env_class, config, row)
     return time.perf_counter() - start
 
 
 def run_tools(make_env: Any, examples: Sequence[QAExample]) -> float:
-    env = make_env()  # TRL builds an instance once and resets it for each rollout
+    env = make_env()
     start = time.perf_counter()
     for ex in examples:
-        env.reset(example_id=ex.id)
-        env.search(ex.question)
-        env.search(ex.question)
-        env.answer("unknown")
-        env.get_reward()
+        tools_episode(env, ex)
     return time.perf_counter() - start
 
 
@@ -163,42 +182,14 @@ def paired_episodes(env: SearchQAEnv, index: str, make_tools: Any, examples: Seq
     moves whole repeats (another process, the CPU's clock) then cancels within each episode, which
     block medians cannot do. Returns ``{name: [[seconds of episode i] per repeat]]}``.
     """
-    from searchenv.integrations.skyrl import SearchQASkyRLEnv
-
-    config = {"retriever": index}
+    env_class, config = skyrl_env_class(), {"retriever": index}
     rows = skyrl_rows(examples)
     tools = make_tools()
-    clock = time.perf_counter
-
-    def plain(i: int) -> float:
-        start = clock()
-        env.reset(options={"example_id": examples[i].id})
-        for t in turns(examples[i].question):
-            env.step(t)
-        return clock() - start
-
-    def skyrl(i: int) -> float:
-        start = clock()
-        sky = SearchQASkyRLEnv(config, rows[i])
-        sky.init()
-        for t in turns(rows[i]["question"]):
-            sky.step(t)
-        sky.get_metrics()
-        sky.close()
-        return clock() - start
-
-    def trl_tools(i: int) -> float:
-        ex = examples[i]
-        start = clock()
-        tools.reset(example_id=ex.id)
-        tools.search(ex.question)
-        tools.search(ex.question)
-        tools.answer("unknown")
-        tools.get_reward()
-        return clock() - start
-
-    arms = {"plain": plain, "skyrl": skyrl, "trl-tools": trl_tools}
+    arms = {"plain": lambda i: plain_episode(env, examples[i]),
+            "skyrl": lambda i: skyrl_episode(env_class, config, rows[i]),
+            "trl-tools": lambda i: tools_episode(tools, examples[i])}
     names = list(arms)
+    clock = time.perf_counter
     out: dict[str, list[list[float]]] = {n: [] for n in names}
     for r in range(repeats):
         per = {n: [0.0] * len(examples) for n in names}
@@ -206,7 +197,9 @@ def paired_episodes(env: SearchQAEnv, index: str, make_tools: Any, examples: Seq
         for i in range(len(examples)):
             k = (i + r) % len(names)
             for n in names[k:] + names[:k]:
-                per[n][i] = arms[n](i)
+                start = clock()
+                arms[n](i)
+                per[n][i] = clock() - start
         for n in names:
             out[n].append(per[n])
     return out

@@ -40,7 +40,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -66,6 +66,8 @@ _ALIASES = {
     "smollm2": "SmolLM2-135M-Instruct",
 }
 _DTYPES = ("float32", "bfloat16", "float16")
+#: The decode loops of :meth:`HFPolicy.generate` (see the module docstring).
+DECODE_MODES = ("dynamic", "static")
 # Config fields that change how logits follow from hidden states (then token_logprobs runs the full head).
 _LOGIT_TRANSFORMS = ("final_logit_softcapping", "logits_scaling", "logit_scale", "output_multiplier_scale")
 
@@ -238,6 +240,7 @@ def _kv_layer_class() -> type:
         def __init__(self, keys: torch.Tensor, values: torch.Tensor, length: int) -> None:
             super().__init__()
             self.kbuf, self.vbuf, self.length = keys, values, length
+            self.write_at: torch.Tensor | None = None
             self.dtype, self.device = keys.dtype, keys.device
             self.is_initialized = True
             self._views()
@@ -252,7 +255,16 @@ def _kv_layer_class() -> type:
         def update(
             self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
         ) -> tuple[torch.Tensor, torch.Tensor]:
-            """Write the new states after the current length and return views of everything so far."""
+            """Write the new states after the current length and return views of everything so far.
+
+            In fixed-shape mode (``write_at`` set to a one-element position tensor) the states are
+            written at that column and the whole buffer is returned: the same shapes every step, and
+            no Python integer that a captured CUDA graph would freeze.
+            """
+            if self.write_at is not None:
+                self.kbuf.index_copy_(2, self.write_at, key_states)
+                self.vbuf.index_copy_(2, self.write_at, value_states)
+                return self.kbuf, self.vbuf
             n, q = self.length, key_states.shape[-2]
             if n + q > self.kbuf.shape[-2]:
                 self.kbuf, self.vbuf = _grown(self.kbuf, n, n + q), _grown(self.vbuf, n, n + q)
@@ -357,6 +369,15 @@ class HFPolicy:
         prefill_tokens: Bound on ``rows x new tokens`` of one prefill forward (memory).
         prefix_cache: Keep the previous call's key/values to skip re-reading shared prefixes.
         eos_token_ids: Tokens that end a sequence; default the tokenizer's and generation config's EOS.
+        decode: ``"dynamic"`` (default) or ``"static"``, the decode loop (see the module docstring);
+            both give the same tokens, log-probs and finish reasons for the same seeds.
+        sync_every: With ``decode="static"``, decode steps between reads of the sampled tokens by the
+            host (where stop strings are checked); at most this many steps are computed past the
+            point where every row has finished.
+        cuda_graph: With ``decode="static"``, run each decode step over the whole key/value buffer
+            (the same tensor shapes every step) and, on a CUDA device, capture it once per batch in a
+            ``torch.cuda.CUDAGraph`` and replay it. Not yet measured on a GPU; off by default. On a CPU
+            the fixed-shape step runs eagerly (that is how the CPU tests check it).
 
     Attributes:
         model: The torch model (trainers may replace it, e.g. with a LoRA-wrapped one).
@@ -374,10 +395,19 @@ class HFPolicy:
         prefill_tokens: int = 8192,
         prefix_cache: bool = True,
         eos_token_ids: Sequence[int] | None = None,
+        decode: str = "dynamic",
+        sync_every: int = 8,
+        cuda_graph: bool = False,
     ) -> None:
         import torch
 
-        for field, value in (("max_batch_size", max_batch_size), ("prefill_tokens", prefill_tokens)):
+        if decode not in DECODE_MODES:
+            raise ValueError(f"decode must be one of {DECODE_MODES}, got {decode!r}")
+        if not isinstance(cuda_graph, bool):
+            raise ValueError(f"cuda_graph must be a bool, got {cuda_graph!r}")
+        for field, value in (
+            ("max_batch_size", max_batch_size), ("prefill_tokens", prefill_tokens), ("sync_every", sync_every)
+        ):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"{field} must be a positive integer, got {value!r}")
         if isinstance(model, str | os.PathLike):
@@ -400,6 +430,9 @@ class HFPolicy:
         self.max_batch_size = max_batch_size
         self.prefill_tokens = prefill_tokens
         self.prefix_cache = prefix_cache
+        self.decode_mode = decode
+        self.sync_every = sync_every
+        self.cuda_graph = cuda_graph
         self.eos_token_ids = frozenset(int(t) for t in eos_token_ids) if eos_token_ids is not None else self._eos_ids()
         #: Work counters since construction (or :meth:`reset_stats`): calls, prefill tokens (real) and
         #: positions (padded), decode steps, tokens (live rows) and positions (batch rows), and seconds.
@@ -410,6 +443,8 @@ class HFPolicy:
             pad = getattr(tokenizer, "eos_token_id", None)
         self.pad_token_id = int(pad) if pad is not None else 0
         self._store = _PrefixStore()
+        self._stop_candidate_sets: dict[tuple[Any, ...], np.ndarray | None] = {}
+        self._pieces: tuple[int, list[str | None]] | None = None
 
     @classmethod
     def from_pretrained(cls, name_or_path: str | os.PathLike[str] = DEFAULT_MODEL, **kwargs: Any) -> HFPolicy:
@@ -584,12 +619,45 @@ class HFPolicy:
             for layer in cache.layers:
                 layer.select_rows(index)
             mask, lengths, last_logits = mask[index], lengths[index], last_logits[index]
+        if self.decode_mode == "static":
+            gen_ids, gen_lps, finish = self._decode_static(
+                prompts, generators, cache, mask, lengths, last_logits, stop, max_new, temperature, top_p
+            )
+        else:
+            gen_ids, gen_lps, finish = self._decode_dynamic(
+                prompts, generators, cache, mask, lengths, last_logits, stop, max_new, temperature, top_p
+            )
+        results = []
+        for r in range(len(prompts)):
+            ids = gen_ids[r]
+            text = self.decode(ids)
+            if finish[r] == "stop":
+                text = _cut_at_stop(text, stop)
+            results.append(Generation(text, tuple(ids), tuple(gen_lps[r]), str(finish[r])))
+        return results
 
+    def _decode_dynamic(
+        self,
+        prompts: list[list[int]],
+        generators: list[torch.Generator],
+        cache: Any,
+        mask: torch.Tensor,
+        lengths: torch.Tensor,
+        last_logits: torch.Tensor,
+        stop: tuple[str, ...],
+        max_new: int,
+        temperature: float,
+        top_p: float,
+    ) -> tuple[list[list[int]], list[list[float]], list[str | None]]:
+        """The reference decode loop: tokens read every step, finished rows dropped from the batch."""
+        import torch
+
+        device = self.device
         n = len(prompts)
         gen_ids: list[list[int]] = [[] for _ in range(n)]
         gen_lps: list[list[float]] = [[] for _ in range(n)]
         finish: list[str | None] = [None] * n
-        stop_window = max((len(s) for s in stop), default=0) + 16
+        stop_window = _stop_window(stop)
         rows = list(range(n))  # batch position -> row
         width = cache.layers[0].length
         logits = last_logits
@@ -639,15 +707,199 @@ class HFPolicy:
             self.stats["decode_tokens"] += int(live_mask.sum())
         for b, r in enumerate(rows):
             self._keep(prompts[r], gen_ids[r], cache, mask, b, width)
+        return gen_ids, gen_lps, finish
 
-        results = []
-        for r in range(n):
-            ids = gen_ids[r]
-            text = self.decode(ids)
-            if finish[r] == "stop":
-                text = _cut_at_stop(text, stop)
-            results.append(Generation(text, tuple(ids), tuple(gen_lps[r]), str(finish[r])))
-        return results
+    def _decode_static(
+        self,
+        prompts: list[list[int]],
+        generators: list[torch.Generator],
+        cache: Any,
+        mask: torch.Tensor,
+        lengths: torch.Tensor,
+        last_logits: torch.Tensor,
+        stop: tuple[str, ...],
+        max_new: int,
+        temperature: float,
+        top_p: float,
+    ) -> tuple[list[list[int]], list[list[float]], list[str | None]]:
+        """The same samples as :meth:`_decode_dynamic` with fixed shapes and a host read every ``sync_every`` steps.
+
+        Every row stays in the batch until the end; a row that has finished is fed the pad token with
+        its attention column masked. End-of-sequence is tracked on the device; the sampled tokens
+        accumulate in a device buffer that the host copies every ``sync_every`` steps, then checks
+        stop strings and lengths over those steps in order. A row found to have stopped at step
+        ``s`` keeps its tokens up to ``s``; tokens sampled for it after that are discarded, and the
+        cache columns it was fed after ``s`` are masked, so what ``_keep`` stores is exactly its
+        prompt and the tokens the dynamic loop would have fed.
+        """
+        import torch
+
+        device = self.device
+        n = len(prompts)
+        total = cache.layers[0].length  # prompt columns; generated token j is fed at column total + j
+        # Each row's uniforms for every step, drawn up front from its own generator: on a CPU
+        # generator torch.rand(k) gives exactly the values of k calls of torch.rand(1) (tested), so
+        # the samples are the dynamic loop's.
+        uniforms = _row_uniforms(generators, max_new).to(device) if temperature > 0 else None
+        eos = torch.tensor(sorted(self.eos_token_ids), dtype=torch.long, device=device)
+        eos_np = eos.cpu().numpy()
+        toks_buf = torch.zeros((n, max_new), dtype=torch.long, device=device)
+        lps_buf = torch.zeros((n, max_new), dtype=torch.float32, device=device)
+        done = torch.zeros(n, dtype=torch.bool, device=device)
+        pad = torch.full((n,), self.pad_token_id, dtype=torch.long, device=device)
+        gen_ids: list[list[int]] = [[] for _ in range(n)]
+        gen_lps: list[list[float]] = [[] for _ in range(n)]
+        finish: list[str | None] = [None] * n
+        candidates = self._stop_candidates(stop) if stop else None
+        step_fn = _DecodeStep(self, cache, mask, fixed=self.cuda_graph and self._fixed_shapes_ok())
+        width, synced = total, 0
+        t0 = time.perf_counter()
+        logits = last_logits
+        try:
+            for step in range(max_new):
+                u = uniforms[:, step] if uniforms is not None else None
+                toks, lps = _sample_uniform(logits, temperature, top_p, u)
+                toks_buf[:, step] = toks
+                lps_buf[:, step] = lps
+                if len(eos):
+                    done |= torch.isin(toks, eos)
+                if step + 1 == max_new or step + 1 - synced >= self.sync_every:
+                    stopped = self._read_steps(
+                        toks_buf[:, synced : step + 1], lps_buf[:, synced : step + 1], eos_np,
+                        gen_ids, gen_lps, finish, stop, candidates, max_new,
+                    )
+                    synced = step + 1
+                    if all(f is not None for f in finish):
+                        break
+                    for r, s in stopped:  # found late: mask the columns fed after the stop
+                        done[r] = True
+                        mask[r, total + s : width] = 0
+                live = ~done
+                mask[:, width] = live
+                logits = step_fn(torch.where(live, toks, pad), lengths, width)
+                width += 1
+                lengths += live.long()
+                self.stats["decode_steps"] += 1
+                self.stats["decode_positions"] += n
+        finally:
+            step_fn.close()
+        _sync(mask)
+        self.stats["decode_seconds"] += time.perf_counter() - t0
+        self.stats["decode_tokens"] += sum(len(g) - 1 for g in gen_ids)
+        for b in range(n):
+            self._keep(prompts[b], gen_ids[b], cache, mask, b, width)
+        return gen_ids, gen_lps, finish
+
+    def _read_steps(
+        self,
+        toks: torch.Tensor,
+        lps: torch.Tensor,
+        eos: np.ndarray,
+        gen_ids: list[list[int]],
+        gen_lps: list[list[float]],
+        finish: list[str | None],
+        stop: tuple[str, ...],
+        candidates: np.ndarray | None,
+        max_new: int,
+    ) -> list[tuple[int, int]]:
+        """Append a block of steps ``[rows, k]`` to the unfinished rows, checking ends in the dynamic order.
+
+        Per token: end-of-sequence first, then stop strings, then the length cap. Returns
+        ``(row, step)`` for each row that a stop string ended in this block.
+        """
+        toks_np = toks.cpu().numpy()  # the one host read of the block
+        lps_np = lps.cpu().numpy()
+        k = toks_np.shape[1]
+        is_eos = np.isin(toks_np, eos)
+        window = _stop_window(stop)
+        stopped: list[tuple[int, int]] = []
+        for r in range(len(finish)):
+            if finish[r] is not None:
+                continue
+            row = toks_np[r].tolist()
+            base = len(gen_ids[r])
+            hits = np.flatnonzero(is_eos[r])
+            end, reason = (int(hits[0]) + 1, "eos") if len(hits) else (k, None)
+            if stop:
+                checked = end - 1 if reason == "eos" else end  # the eos token itself is not checked
+                j = _first_stop(self.decode, gen_ids[r] + row[:checked], base, stop, window, candidates)
+                if j is not None:
+                    end, reason = j - base + 1, "stop"
+                    stopped.append((r, j))
+            if reason is None and base + end >= max_new:
+                reason = "length"
+            gen_ids[r].extend(row[:end])
+            gen_lps[r].extend(lps_np[r, :end].tolist())
+            finish[r] = reason
+        return stopped
+
+    def _fixed_shapes_ok(self) -> bool:
+        """Whether the fixed-shape step may replace transformers' mask building (full attention only)."""
+        cfg = self.model.config
+        text_cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+        layer_types = getattr(text_cfg, "layer_types", None) or []
+        sliding = getattr(text_cfg, "use_sliding_window", False) or any(t != "full_attention" for t in layer_types)
+        return not sliding
+
+    def _stop_candidates(self, stop: tuple[str, ...]) -> np.ndarray | None:
+        """Per token id, whether its arrival can complete a stop string; None if every token must be checked.
+
+        A token is a candidate if its text in context (after a one-letter anchor token) contains the
+        last character of a stop string or a replacement character (an incomplete UTF-8 sequence,
+        which the next token may complete), if that text differs from the token decoded alone
+        (context-dependent decoding, such as a leading space a SentencePiece decoder strips), or if
+        the tokenizer cannot decode it. A non-candidate ``t`` then satisfies
+        ``decode(ids + [t]) == decode(ids) + piece(t)`` with no stop string ending inside ``piece(t)``,
+        so a stop string that is absent before ``t`` is absent after it. Stop strings that contain a
+        replacement character themselves can appear when the check window slides, so they turn the
+        filter off. Computed once per (tokenizer, stop set).
+        """
+        if any("\ufffd" in s for s in stop):
+            return None
+        key = (id(self.tokenizer), stop)
+        if key in self._stop_candidate_sets:
+            return self._stop_candidate_sets[key]
+        pieces = self._token_pieces()
+        if pieces is None:
+            cand = None
+        else:
+            last = {s[-1] for s in stop}
+            cand = np.fromiter(
+                (p is None or "\ufffd" in p or any(c in p for c in last) for p in pieces), dtype=bool, count=len(pieces)
+            )
+        if len(self._stop_candidate_sets) >= 32:
+            self._stop_candidate_sets.clear()
+        self._stop_candidate_sets[key] = cand
+        return cand
+
+    def _token_pieces(self) -> list[str | None] | None:
+        """Each token's text after a one-letter anchor token (None where it differs from its text alone).
+
+        None overall if no single token decodes to one of the anchor letters.
+        """
+        if self._pieces is not None and self._pieces[0] == id(self.tokenizer):
+            return self._pieces[1]
+        anchor = None
+        for ch in ("a", "x", "0"):
+            enc = self.encode(ch)
+            if len(enc) == 1 and self.decode(enc) == ch:
+                anchor = enc[0]
+                break
+        if anchor is None:
+            return None
+        vocab = int(self.model.get_input_embeddings().num_embeddings)
+        known = min(vocab, len(self.tokenizer))
+        kwargs = {"skip_special_tokens": True, "clean_up_tokenization_spaces": False}
+        alone = self.tokenizer.batch_decode([[i] for i in range(known)], **kwargs)
+        paired = self.tokenizer.batch_decode([[anchor, i] for i in range(known)], **kwargs)
+        prefix = self.decode([anchor])
+        pieces: list[str | None] = [
+            p[len(prefix) :] if p.startswith(prefix) and p[len(prefix) :] == a else None
+            for p, a in zip(paired, alone, strict=True)
+        ]
+        pieces.extend([None] * (vocab - known))  # ids the tokenizer does not know: always checked
+        self._pieces = (id(self.tokenizer), pieces)
+        return pieces
 
     def _share_common_prefix(self, uniq: list[np.ndarray], old: _PrefixStore) -> None:
         """Prefill a long prefix shared by all prompts once (a system prompt), as a store entry."""
@@ -894,6 +1146,21 @@ def _row_generators(seed: int | Sequence[int] | None, n: int) -> list[torch.Gene
     return [torch.Generator().manual_seed(int(s[0]) << 32 | int(s[1])) for s in states]
 
 
+def _row_uniforms(generators: list[torch.Generator], steps: int) -> torch.Tensor:
+    """``[rows, steps]`` uniforms: row ``i``'s draws for every step, from its own generator (on the CPU).
+
+    ``torch.rand(steps, generator=g)`` yields exactly the values of ``steps`` successive
+    ``torch.rand(1, generator=g)`` calls (checked in ``tests/test_hf_decode.py``), which is how the
+    dynamic loop draws, one per step while the row is unfinished; extra draws past a row's end are
+    never used, and each call makes fresh generators, so drawing them changes nothing.
+    """
+    import torch
+
+    if not generators:
+        return torch.zeros((0, steps))
+    return torch.stack([torch.rand(steps, generator=g) for g in generators])
+
+
 def _sample(
     logits: torch.Tensor, temperature: float, top_p: float, generators: list[torch.Generator]
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -901,11 +1168,22 @@ def _sample(
     import torch
 
     if temperature == 0:
+        return _sample_uniform(logits, temperature, top_p, None)
+    u = torch.cat([torch.rand(1, generator=g) for g in generators]).to(logits.device)
+    return _sample_uniform(logits, temperature, top_p, u)
+
+
+def _sample_uniform(
+    logits: torch.Tensor, temperature: float, top_p: float, u: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample one token per row by inverse CDF at the row's uniform ``u`` (argmax at temperature 0)."""
+    import torch
+
+    if temperature == 0 or u is None:
         tokens = logits.argmax(-1)
         return tokens, torch.log_softmax(logits, -1).gather(1, tokens[:, None]).squeeze(1)
     logp = torch.log_softmax(logits / temperature, -1)
     probs = logp.exp()
-    u = torch.cat([torch.rand(1, generator=g) for g in generators]).to(logits.device)
     if top_p < 1:
         sorted_p, order = probs.sort(dim=-1, descending=True, stable=True)
         keep = (sorted_p.cumsum(-1) - sorted_p) < top_p  # the token that crosses top_p stays
@@ -929,3 +1207,120 @@ def _cut_at_stop(text: str, stop: Sequence[str]) -> str:
     """``text`` up to the end of the earliest-ending stop string (unchanged if none occurs)."""
     ends = [text.find(s) + len(s) for s in stop if s in text]
     return text[: min(ends)] if ends else text
+
+
+def _stop_window(stop: Sequence[str]) -> int:
+    """How many trailing tokens are decoded to look for stop strings."""
+    return max((len(s) for s in stop), default=0) + 16
+
+
+def _first_stop(
+    decode: Callable[[Sequence[int]], str],
+    ids: Sequence[int],
+    start: int,
+    stop: Sequence[str],
+    window: int,
+    candidates: np.ndarray | None,
+) -> int | None:
+    """The first ``j >= start`` where ``decode(ids[:j + 1][-window:])`` contains a stop string, else None.
+
+    The dynamic loop runs this test after every token; here only tokens marked in ``candidates``
+    (see :meth:`HFPolicy._stop_candidates`) are decoded, which gives the same answer when no stop
+    string occurs before ``start``. ``candidates=None`` tests every token.
+    """
+    for j in range(start, len(ids)):
+        if candidates is not None and not candidates[ids[j]]:
+            continue
+        text = decode(ids[max(0, j + 1 - window) : j + 1])
+        if any(s in text for s in stop):
+            return j
+    return None
+
+
+class _DecodeStep:
+    """One decode forward pass of the static loop: ``(tokens, positions, column) -> logits``.
+
+    By default it calls the model like the dynamic loop (keys/values up to the current column).
+    With ``fixed=True`` every call has the same shapes: the cache layers write at a position held
+    in a tensor and attention runs over the whole buffer under a ``[rows, 1, 1, capacity]`` boolean
+    mask, built here (transformers passes a 4-D mask through unchanged). On CUDA that step is
+    captured once in a ``torch.cuda.CUDAGraph`` (after two warm-up calls on a side stream) and
+    replayed, with inputs copied into its static tensors; if capture fails the step runs eagerly.
+    Not yet measured on a GPU. The logits a replay returns live in the graph's output buffer and
+    are overwritten by the next replay, which the static loop only calls after sampling from them.
+    """
+
+    def __init__(self, policy: HFPolicy, cache: Any, mask: torch.Tensor, *, fixed: bool) -> None:
+        import torch
+
+        self.policy, self.cache, self.mask, self.fixed = policy, cache, mask, fixed
+        self.graph: Any = None
+        self.out: torch.Tensor | None = None
+        self.capture = fixed and mask.device.type == "cuda"
+        if fixed:
+            n, cap = mask.shape
+            device = mask.device
+            self.ids = torch.zeros((n, 1), dtype=torch.long, device=device)
+            self.pos = torch.zeros((n, 1), dtype=torch.long, device=device)
+            self.mask4 = torch.zeros((n, 1, 1, cap), dtype=torch.bool, device=device)
+            self.col = torch.zeros(1, dtype=torch.long, device=device)
+            for layer in cache.layers:
+                layer.write_at = self.col
+                # Masked columns still enter the products (with weight 0): clear what was never
+                # written (select_rows leaves it uninitialised), or a stray NaN would spread.
+                layer.kbuf[:, :, layer.length :].zero_()
+                layer.vbuf[:, :, layer.length :].zero_()
+
+    def __call__(self, ids: torch.Tensor, lengths: torch.Tensor, width: int) -> torch.Tensor:
+        if not self.fixed:
+            return self.policy._last_logits(
+                input_ids=ids[:, None],
+                attention_mask=self.mask[:, : width + 1],
+                position_ids=lengths[:, None].clone(),
+                past_key_values=self.cache,
+            )
+        self.ids.copy_(ids[:, None])
+        self.pos.copy_(lengths[:, None])
+        self.mask4[:, 0, 0].copy_(self.mask)
+        self.col.fill_(width)
+        if not self.capture:
+            return self._forward()
+        if self.graph is None:
+            self._capture()
+        if self.graph is None or self.out is None:
+            return self._forward()
+        self.graph.replay()
+        return self.out
+
+    def _forward(self) -> torch.Tensor:
+        return self.policy._last_logits(
+            input_ids=self.ids, attention_mask=self.mask4, position_ids=self.pos, past_key_values=self.cache
+        )
+
+    def _capture(self) -> None:  # pragma: no cover - needs a CUDA device
+        import warnings
+
+        import torch
+
+        try:
+            side = torch.cuda.Stream(device=self.mask.device)
+            side.wait_stream(torch.cuda.current_stream(self.mask.device))
+            with torch.cuda.stream(side):
+                for _ in range(2):  # warm-up: the writes are the step's own, repeated by the replay
+                    self._forward()
+            torch.cuda.current_stream(self.mask.device).wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                out = self._forward()
+        except RuntimeError as err:  # something in the forward pass syncs with the host
+            warnings.warn(f"CUDA graph capture of the decode step failed ({err}); running it eagerly", stacklevel=4)
+            self.capture = False
+            return
+        self.graph, self.out = graph, out
+
+    def close(self) -> None:
+        """Return the cache layers to their growing mode and free the graph."""
+        if self.fixed:
+            for layer in self.cache.layers:
+                layer.write_at = None
+        self.graph = self.out = None

@@ -336,7 +336,8 @@ def arm_phase(args: argparse.Namespace, name: str) -> dict[str, Any]:
 
 def plain_fwd_bwd_seconds(policy: Any, samples: list[Any], micro: int, temperature: float, bf16: bool) -> float:
     """Seconds of a plain loop over the same samples: forward, NLL of policy tokens, backward (no optimizer)."""
-    from agents.trainers.common import forward_logprobs, pad_samples, pad_token_id
+    from agents.trainers.models import pad_token_id
+    from agents.trainers.samples import forward_logprobs, pad_samples
 
     model = policy.model
     t0 = time.perf_counter()
@@ -364,17 +365,12 @@ def throughput_phase(args: argparse.Namespace) -> dict[str, Any]:
     import numpy as np
 
     from agents.advantages import group_advantages
-    from agents.trainers.common import (
-        Timer,
-        init_policy,
-        make_optimizer,
-        make_scheduler,
-        pad_token_id,
-        run_rollouts,
-        task_examples,
-        trainable_parameters,
-    )
+    from agents.trainers.data import task_examples
+    from agents.trainers.episodes import run_rollouts
     from agents.trainers.grpo import grpo_update
+    from agents.trainers.metrics import Timer
+    from agents.trainers.models import init_policy, pad_token_id, trainable_parameters
+    from agents.trainers.optim import make_optimizer, make_scheduler
 
     base = dataclasses.replace(
         arm_config(args, "grpo_outcome"), output_dir=str(args.out / "throughput"), learning_rate=1e-9

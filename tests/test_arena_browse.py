@@ -243,7 +243,7 @@ def test_heuristic_opens_before_it_reads_and_cites_under_arena(bm25) -> None:  #
 @pytest.mark.parametrize("protocol", ["arena", "browse"])
 def test_oracle_demonstrations_train_under_sft(tmp_path: Path, qa_file: Path, corpus_file: Path, protocol: str) -> None:
     pytest.importorskip("torch")
-    from agents.trainers.common import read_metrics
+    from agents.trainers.metrics import read_metrics
     from agents.trainers.sft import SFTConfig, load_demos, train_sft
     from tests.tiny_model import one_thread, tiny_policy
 

@@ -1,7 +1,7 @@
 """Run folders and checkpoints: no code from checkpoints, no silently lost runs, clear errors, no stale files.
 
 Everything goes through the public paths: ``searchenv train ...`` (Typer's test runner), the
-trainers' ``init_from``, :func:`agents.trainers.common.save_checkpoint` and
+trainers' ``init_from``, :func:`agents.trainers.checkpoints.save_checkpoint` and
 :meth:`agents.sb3.Controller.load`, on a tiny random model saved to a folder.
 """
 
@@ -16,14 +16,8 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from agents.trainers.common import (
-    CHECKPOINT_NAME,
-    load_checkpoint,
-    make_optimizer,
-    make_scheduler,
-    save_checkpoint,
-    save_training_state,
-)
+from agents.trainers.checkpoints import CHECKPOINT_NAME, load_checkpoint, save_checkpoint, save_training_state
+from agents.trainers.optim import make_optimizer, make_scheduler
 from searchenv.cli import get_app
 from tests.conftest import DOCS, EXAMPLES
 
@@ -232,7 +226,7 @@ def test_a_failed_checkpoint_write_leaves_no_temporary_file_and_the_old_checkpoi
     save_checkpoint(tmp_path, {"kind": "sft", "step": 1, "w": torch.ones(2)})
     script = (
         "import resource, signal, sys, torch\n"
-        "from agents.trainers.common import save_checkpoint\n"
+        "from agents.trainers.checkpoints import save_checkpoint\n"
         "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
         "resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))\n"
         "try:\n"

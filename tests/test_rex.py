@@ -13,7 +13,9 @@ pytest.importorskip("transformers")
 
 from agents.policies.hf import HFPolicy  # noqa: E402
 from agents.rollout import ProbeStart, rollout  # noqa: E402
-from agents.trainers.common import episode_from_record, pad_token_id, read_metrics  # noqa: E402
+from agents.trainers.episodes import episode_from_record  # noqa: E402
+from agents.trainers.metrics import read_metrics  # noqa: E402
+from agents.trainers.models import pad_token_id  # noqa: E402
 from searchenv.retrievers.bm25 import BM25Retriever  # noqa: E402
 from tests.tiny_model import build_tiny_model, one_thread  # noqa: E402
 

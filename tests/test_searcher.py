@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from agents.searcher import SearcherNotFoundError, export_searcher, load_searcher, read_manifest
-from agents.trainers.common import load_weights
+from agents.trainers.models import load_weights
 from agents.trainers.sft import SFTConfig, train_sft
 from tests.tiny_model import tiny_policy
 

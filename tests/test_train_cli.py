@@ -203,7 +203,9 @@ def test_eval_runs_a_trained_model_from_its_run_folder_with_every_lora_phase(tmp
 
     from agents.cli_eval import load_policy
     from agents.policies.hf import HFPolicy
-    from agents.trainers.common import CheckpointError, load_trained_policy, load_weights
+    from agents.trainers.checkpoints import CheckpointError
+    from agents.trainers.models import load_trained_policy, load_weights
+
     _tiny_run_inputs(tmp_path)
     common = ["--set", f"model={tmp_path / 'model'}", "--set", f"task={tmp_path / 'qa.jsonl'}",
               "--set", f"corpus={tmp_path / 'corpus.jsonl'}", "--set", "progress=false", "--set", "lora=true",

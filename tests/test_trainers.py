@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 import torch
 
-from agents.trainers.common import Sample, forward_logprobs, pad_samples, read_metrics
+from agents.trainers.metrics import read_metrics
+from agents.trainers.samples import Sample, forward_logprobs, pad_samples
 from agents.trainers.sft import SFTConfig, messages_to_sample, train_sft
 from tests.conftest import EXAMPLES
 from tests.tiny_model import tiny_policy

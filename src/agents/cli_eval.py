@@ -16,26 +16,33 @@ import typer
 from agents.reference import AGENT_NAMES, LLM_AGENTS
 
 
-def load_policy(model: str | None) -> Any:
+def load_policy(model: str | None, device: str = "auto") -> Any:
     """Load the language model for the LLM agents (offline).
 
     Args:
         model: A packaged model name, a ``.gguf`` file, a transformers model folder, or a
             training run folder (``searchenv train``: its base model with the trained weights of
             every phase); None for the packaged SmolLM2-135M-Instruct.
+        device: Where the model runs (see :mod:`agents.devices`; ``auto``: CUDA when available).
+            A run trained on a GPU loads here too: checkpoints are read onto the host first.
 
     Returns:
         An :class:`agents.policies.hf.HFPolicy`.
+
+    Raises:
+        ValueError: For an unknown device name or an accelerator this machine lacks.
     """
+    from agents.devices import resolve_device
     from agents.policies.hf import HFPolicy
 
+    where = resolve_device(device)
     if model is None:
-        return HFPolicy.smollm2()
+        return HFPolicy.smollm2(device=where)
     if (Path(model) / "checkpoint.pt").is_file():
-        from agents.trainers.common import load_trained_policy
+        from agents.trainers.models import load_trained_policy
 
-        return load_trained_policy(model)
-    return HFPolicy.from_pretrained(model)
+        return load_trained_policy(model, device=where)
+    return HFPolicy.from_pretrained(model, device=where)
 
 
 def eval_command(
@@ -88,6 +95,15 @@ def eval_command(
         None, "--refiner",
         help="What the agent reads of each hit: sentences or sentences-embedding (default: whole hits).",
     ),
+    max_doc_chars: int | None = typer.Option(
+        None, "--max-doc-chars", min=1,
+        help="Cut each retrieved document's text to this many characters (default: the environment's 1,500); "
+        "evaluate a trained model at the length it was trained with.",
+    ),
+    device: str = typer.Option(
+        "auto", "--device",
+        help="Where an in-process model runs: auto (CUDA when available), cpu, cuda, cuda:N, mps, xpu.",
+    ),
 ) -> None:
     """Run agents over the first N questions of a task split and print a comparison table."""
     from rich.console import Console
@@ -116,6 +132,12 @@ def eval_command(
             "documents to index: add --corpus CORPUS.jsonl (or give an index folder as --retriever)",
             param_hint="--corpus",
         )
+    from agents.devices import check_device_name
+
+    try:
+        check_device_name(device, "--device")
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--device") from None
     if api not in ("auto", "completions", "chat"):
         raise typer.BadParameter(f"must be auto, completions or chat, got {api!r}", param_hint="--api")
     if model_url is None and (served_model is not None or api != "auto"):
@@ -137,7 +159,10 @@ def eval_command(
                 err.print(f"using {type(policy).__name__} at {policy.url}")
             else:
                 err.print(f"loading model {model or 'SmolLM2-135M-Instruct (packaged)'} ...")
-                policy = load_policy(model)
+                policy = load_policy(model, device)
+                from agents.devices import describe
+
+                err.print(f"model on {describe(policy.device)}")
         except (ValueError, FileNotFoundError) as exc:  # a CheckpointError is a ValueError
             err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
             raise typer.Exit(code=2) from None
@@ -168,7 +193,7 @@ def eval_command(
             batch_size=batch_size,
             seed=seed,
             max_new_tokens=max_new_tokens,
-            env_kwargs={"refiner": refiner} if refiner else None,
+            env_kwargs={k: v for k, v in (("refiner", refiner), ("max_doc_chars", max_doc_chars)) if v} or None,
         )
     except (ValueError, FileNotFoundError, RetrieverError, ModelServerError) as exc:
         hint = ""

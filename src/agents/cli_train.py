@@ -65,7 +65,14 @@ def run_training(
     if dry_run:
         typer.echo(json.dumps(cfg.to_dict(), indent=2))
         return None
-    from agents.trainers.common import CheckpointError
+    from agents.devices import resolve_device
+
+    try:
+        resolve_device(cfg.device)  # an accelerator this machine lacks is refused before anything is loaded
+    except ValueError as exc:
+        typer.echo(f"error: invalid {kind} config: {exc}", err=True)
+        raise typer.Exit(2) from None
+    from agents.trainers.checkpoints import CheckpointError
     from searchenv.jsonsafe import JSONInputError
 
     try:
@@ -114,8 +121,14 @@ def _make_command(kind: str) -> Any:
             typer.Option("--overwrite", help="Replace the run already in the run folder (its checkpoint and metrics)."),
         ] = False,
         dry_run: Annotated[bool, typer.Option("--dry-run", help="Validate and print the config, then stop.")] = False,
+        device: Annotated[
+            str | None,
+            typer.Option("--device", help="Where the model trains (the config's device field, set last): auto, "
+                         "cpu, cuda, cuda:N, mps, xpu."),
+        ] = None,
     ) -> None:
-        run_training(kind, config, list(set_ or []), resume, dry_run, overwrite)
+        overrides = list(set_ or []) + ([f"device={device}"] if device is not None else [])
+        run_training(kind, config, overrides, resume, dry_run, overwrite)
 
     command.__doc__ = {
         "sft": "Cold-start supervised fine-tuning on oracle (or JSONL) demonstrations.",

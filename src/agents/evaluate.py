@@ -38,7 +38,7 @@ from typing import Any
 from agents.policies.base import Policy
 from agents.reference import Agent, EpisodeRecord, make_agent, run_agent
 from searchenv.corpus import atomic_write_lines
-from searchenv.env import SearchQAEnv
+from searchenv.env import DEFAULT_MAX_DOC_CHARS, SearchQAEnv
 from searchenv.protocols import Protocol as ActionProtocol
 from searchenv.retrievers.base import Retriever
 from searchenv.tasks.base import QAExample
@@ -248,7 +248,11 @@ def evaluate(
         "batch_size": batch_size,
         "seed": seed,
         "n": len(examples),
+        "max_doc_chars": int(dict(env_kwargs or {}).get("max_doc_chars", DEFAULT_MAX_DOC_CHARS)),
     }
+    device = getattr(getattr(agent, "policy", None), "device", None)
+    if device is not None:
+        config["device"] = str(device)
     if before is not None:
         after = agent.policy.usage  # type: ignore[attr-defined]
         # requests, prompt/completion tokens as the server counted them, retries, request seconds

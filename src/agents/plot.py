@@ -68,7 +68,7 @@ def plot_runs(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from agents.trainers.common import read_metrics
+    from agents.trainers.metrics import read_metrics
 
     if smooth < 1:
         raise ValueError(f"smooth must be >= 1, got {smooth}")

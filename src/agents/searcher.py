@@ -55,7 +55,7 @@ def export_searcher(
     import torch
     from safetensors.torch import save_file
 
-    from agents.trainers.common import load_checkpoint
+    from agents.trainers.checkpoints import load_checkpoint
 
     out = Path(out_dir)
     out.parent.mkdir(parents=True, exist_ok=True)

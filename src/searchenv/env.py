@@ -19,6 +19,8 @@ from searchenv.spaces import UnicodeText
 from searchenv.tasks.base import QAExample
 
 DEFAULT_TASK = "synthetic-mixed"
+#: Retrieved document text is cut to this many characters unless ``max_doc_chars`` says otherwise.
+DEFAULT_MAX_DOC_CHARS = 1500
 _MAX_TITLE_CHARS = 200
 _MAX_ERROR_CHARS = 500
 _RENDER_SLACK = 200  # tags, "Doc i(Title: ) " prefixes, query labels
@@ -154,7 +156,7 @@ class SearchQAEnv(gym.Env[str, str]):
         reward: str | Reward | Mapping[str, float] = "default",
         split: str = "train",
         max_turn_chars: int = 4096,
-        max_doc_chars: int = 1500,
+        max_doc_chars: int = DEFAULT_MAX_DOC_CHARS,
         max_queries: int | None = None,
         max_question_chars: int = 2000,
         refiner: str | Refiner | None = None,

@@ -17,6 +17,8 @@ from typing import Any, TypeVar
 
 import tomllib
 
+from agents.devices import check_device_name, check_dtype_name
+
 C = TypeVar("C", bound="TrainConfig")
 
 LR_SCHEDULES = ("constant", "linear", "cosine")
@@ -69,7 +71,24 @@ class TrainConfig:
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "down_proj", "gate_proj"],
         metadata=_help("Module names LoRA adapts."),
     )
-    bf16: bool = field(default=False, metadata=_help("Run forward passes under bfloat16 autocast."))
+    bf16: bool = field(
+        default=False, metadata=_help("Run forward passes under bfloat16 autocast on the model's device type.")
+    )
+    device: str = field(
+        default="auto",
+        metadata=_help("Where the model trains: auto (a given policy stays where it is; a loaded one goes to "
+                       "CUDA when available, else the CPU) | cpu | cuda | cuda:N | mps | xpu."),
+    )
+    dtype: str = field(
+        default="float32",
+        metadata=_help("Weights' dtype while training: float32 | bfloat16 | float16 (bfloat16 halves the memory "
+                       "of weights, gradients and AdamW state; pair float32 with bf16=true for mixed precision)."),
+    )
+    gradient_checkpointing: bool = field(
+        default=False,
+        metadata=_help("Recompute each decoder layer's activations in the backward pass (less memory, about a "
+                       "third more compute): lets 1-3B models train on one GPU."),
+    )
     seed: int = field(default=0, metadata=_help("Seed of data order, sampling and initialisation."))
     save_every: int = field(default=50, metadata=_help("Write a checkpoint every N steps (0: only at the end)."))
     log_every: int = field(default=1, metadata=_help("Print a metrics line every N steps (0: never)."))
@@ -89,6 +108,8 @@ class TrainConfig:
             _positive_int(self, "max_examples")
         if self.threads is not None:
             _positive_int(self, "threads")
+        check_device_name(self.device)
+        check_dtype_name(self.dtype)
         if not isinstance(self.temperature, int | float) or not 0.0 <= self.temperature <= 10.0:
             raise ValueError(f"temperature must be in [0, 10], got {self.temperature!r}")
         if not _finite(self.learning_rate) or self.learning_rate <= 0:

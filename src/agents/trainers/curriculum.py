@@ -145,7 +145,7 @@ def estimate_closed_book(
     Returns:
         Example id -> success rate in [0, 1].
     """
-    from agents.trainers.common import run_rollouts
+    from agents.trainers.episodes import run_rollouts
 
     if not examples:
         return {}
@@ -189,7 +189,7 @@ def route_and_roll_out(
         ``(episodes, easy)``: the episodes example-major with ``group`` the example's position, and
         for each example whether it was routed closed-book.
     """
-    from agents.trainers.common import run_rollouts
+    from agents.trainers.episodes import run_rollouts
 
     ids = [ex.id for ex in examples]
     refresh_estimates(policy, examples, retriever, cfg, cache, step=step, seed=seed, timer=timer)

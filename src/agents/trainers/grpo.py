@@ -35,33 +35,17 @@ import numpy as np
 import torch
 
 from agents.advantages import SCALINGS, group_advantages
+from agents.devices import model_device
 from agents.losses import aggregate, clipped_policy_loss, kl_estimate
-from agents.trainers.common import (
-    DataOrder,
-    MetricsLog,
-    Sample,
-    Timer,
-    episode_metrics,
-    forward_logprobs,
-    init_policy,
-    last_record,
-    make_optimizer,
-    make_scheduler,
-    micro_batches,
-    pad_extra,
-    pad_samples,
-    pad_token_id,
-    progress_bar,
-    read_metrics,
-    restore_training_state,
-    run_rollouts,
-    save_training_state,
-    start_run,
-    task_examples,
-    trainable_parameters,
-)
+from agents.trainers.checkpoints import restore_training_state, save_training_state, start_run
 from agents.trainers.config import RLConfig, _help
 from agents.trainers.curriculum import DifficultyCache, route_and_roll_out, scheduled_questions
+from agents.trainers.data import DataOrder, task_examples
+from agents.trainers.episodes import episode_metrics, run_rollouts
+from agents.trainers.metrics import MetricsLog, Timer, last_record, progress_bar, read_metrics
+from agents.trainers.models import init_policy, pad_token_id, trainable_parameters
+from agents.trainers.optim import make_optimizer, make_scheduler
+from agents.trainers.samples import Sample, forward_logprobs, micro_batches, pad_extra, pad_samples
 
 #: REX-RAG's exploratory remarks, written as the policy's own thinking (Search-R1 tags).
 REX_PROMPTS = (
@@ -449,9 +433,10 @@ def importance_weights(samples: Sequence[Sample], model: Any, cfg: GRPOConfig, p
     clipping; for an on-policy sample it is 1 at the first update.
     """
     out: list[list[float]] = []
+    device = model_device(model)
     with torch.no_grad():
         for mb in micro_batches(samples, cfg.micro_batch_size):
-            padded = pad_samples(mb, pad_id)
+            padded = pad_samples(mb, pad_id, device)
             lp = forward_logprobs(model, padded, temperature=cfg.temperature, bf16=cfg.bf16).logprobs
             old = _old_for(mb, lp, lp.shape[1])
             for i in range(len(mb)):
@@ -461,13 +446,19 @@ def importance_weights(samples: Sequence[Sample], model: Any, cfg: GRPOConfig, p
 
 
 def _old_for(micro: Sequence[Sample], lp: torch.Tensor, length: int) -> torch.Tensor:
-    """Old log-probs of a micro-batch: each sample's ``old_logprobs`` where it has them, else ``lp`` (detached)."""
+    """Old log-probs of a micro-batch: each sample's ``old_logprobs`` where it has them, else ``lp`` (detached).
+
+    The stored rows are stacked on the host and copied to ``lp``'s device in one transfer.
+    """
     old = lp.detach().clone()
-    for i, s in enumerate(micro):
-        values = s.extras.get("old_logprobs")
-        if values is not None:
-            row = torch.tensor(values[:length], dtype=old.dtype)
-            old[i, : len(row)] = row
+    have = [i for i, s in enumerate(micro) if s.extras.get("old_logprobs") is not None]
+    if have:
+        stored = pad_extra([micro[i] for i in have], "old_logprobs", length, device=old.device)
+        rows = torch.tensor(have, device=old.device)
+        widths = torch.tensor([min(len(micro[i].extras["old_logprobs"]), length) for i in have], device=old.device)
+        cols = torch.arange(length, device=old.device)
+        keep = cols[None, :] < widths[:, None]
+        old[rows] = torch.where(keep, stored, old[rows])
     return old
 
 
@@ -537,26 +528,29 @@ def _reference_logprobs(
     """Attach ``ref_logprobs`` (per token) under the frozen reference (the adapter-free model for LoRA)."""
     if cfg.kl_coef <= 0:
         return
+    device = model_device(policy.model)
     for mb in micro_batches(samples, cfg.micro_batch_size):
-        padded = pad_samples(mb, pad_id)
+        padded = pad_samples(mb, pad_id, device)
         if ref_model is not None:
             out = forward_logprobs(ref_model, padded, temperature=cfg.temperature, bf16=cfg.bf16)
         else:  # LoRA: the reference is the base model with adapters switched off
             with policy.model.disable_adapter():
                 out = forward_logprobs(policy.model, padded, temperature=cfg.temperature, bf16=cfg.bf16)
+        host = out.logprobs.cpu()
         for i, s in enumerate(mb):
-            s.extras["ref_logprobs"] = out.logprobs[i, : len(s.ids)].tolist()
+            s.extras["ref_logprobs"] = host[i, : len(s.ids)].tolist()
 
 
 @torch.no_grad()
 def _old_logprobs(samples: Sequence[Sample], model: Any, cfg: GRPOConfig, pad_id: int) -> None:
     """Attach ``old_logprobs`` (per token) under the policy as it was before this step's updates."""
+    device = model_device(model)
     for mb in micro_batches(samples, cfg.micro_batch_size):
-        padded = pad_samples(mb, pad_id)
-        out = forward_logprobs(model, padded, temperature=cfg.temperature, bf16=cfg.bf16)
+        padded = pad_samples(mb, pad_id, device)
+        host = forward_logprobs(model, padded, temperature=cfg.temperature, bf16=cfg.bf16).logprobs.cpu()
         for i, s in enumerate(mb):
             if not s.extras.get("probe"):  # a probe keeps its sampling log-probs (see _behavior_logprobs)
-                s.extras["old_logprobs"] = out.logprobs[i, : len(s.ids)].tolist()
+                s.extras["old_logprobs"] = host[i, : len(s.ids)].tolist()
 
 
 def _minibatch_update(
@@ -572,18 +566,19 @@ def _minibatch_update(
     tok_total = sum(s.num_policy_tokens for s in mb)
     seq_total = sum(1 for s in mb if s.num_policy_tokens)
     acc = {"pg_loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "approx_kl": 0.0, "entropy": 0.0}
+    device = model_device(model)
     for micro in micro_batches(mb, cfg.micro_batch_size):
-        padded = pad_samples(micro, pad_id)
+        padded = pad_samples(micro, pad_id, device)
         L = padded.input_ids.shape[1]
         out = forward_logprobs(model, padded, temperature=cfg.temperature, bf16=cfg.bf16)
         lp = out.logprobs
         old = _old_for(micro, lp, L)
-        adv = torch.tensor([s.extras["advantage"] for s in micro], dtype=torch.float32)
+        adv = torch.tensor([s.extras["advantage"] for s in micro], dtype=torch.float32, device=device)
         pg, st = clipped_policy_loss(lp, old, adv, padded.mask, cfg.clip_low, cfg.clip_high, cfg.aggregation)
         loss = pg
         kl_val = 0.0
         if cfg.kl_coef > 0:
-            ref = pad_extra(micro, "ref_logprobs", L)
+            ref = pad_extra(micro, "ref_logprobs", L, device=device)
             kl = aggregate(kl_estimate(lp, ref, cfg.kl_estimator), padded.mask, cfg.aggregation)
             loss = loss + cfg.kl_coef * kl
             kl_val = float(kl.detach())

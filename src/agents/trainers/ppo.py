@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from agents.advantages import gae
+from agents.devices import model_device
 from agents.losses import (
     aggregate,
     clipped_policy_loss,
@@ -31,29 +32,14 @@ from agents.losses import (
     masked_whiten,
     value_loss,
 )
-from agents.trainers.common import (
-    DataOrder,
-    MetricsLog,
-    Sample,
-    Timer,
-    episode_metrics,
-    forward_logprobs,
-    init_policy,
-    last_record,
-    make_scheduler,
-    micro_batches,
-    pad_extra,
-    pad_samples,
-    pad_token_id,
-    progress_bar,
-    restore_training_state,
-    run_rollouts,
-    save_training_state,
-    start_run,
-    task_examples,
-    trainable_parameters,
-)
+from agents.trainers.checkpoints import restore_training_state, save_training_state, start_run
 from agents.trainers.config import RLConfig, _help, _positive_int
+from agents.trainers.data import DataOrder, task_examples
+from agents.trainers.episodes import episode_metrics, run_rollouts
+from agents.trainers.metrics import MetricsLog, Timer, last_record, progress_bar
+from agents.trainers.models import init_policy, pad_token_id, trainable_parameters
+from agents.trainers.optim import make_scheduler
+from agents.trainers.samples import Sample, forward_logprobs, micro_batches, pad_extra, pad_samples
 
 
 @dataclass
@@ -164,7 +150,7 @@ def train_ppo(
     model = policy.model
     examples, retr = task_examples(cfg, retriever)
     pad_id = pad_token_id(policy)
-    head = ValueHead(_hidden_size(model))
+    head = ValueHead(_hidden_size(model)).to(model_device(model))  # float32, next to the hidden states it reads
     ref_model = None
     if cfg.kl_coef > 0 and not cfg.lora:
         ref_model = copy.deepcopy(model).eval()
@@ -264,10 +250,15 @@ def train_ppo(
 def _prepare_targets(
     samples: Sequence[Sample], policy: Any, head: ValueHead, ref_model: Any, cfg: PPOConfig, pad_id: int
 ) -> None:
-    """Attach old log-probs, old values, reference log-probs, GAE advantages and returns (per token)."""
+    """Attach old log-probs, old values, reference log-probs, GAE advantages and returns (per token).
+
+    The model's outputs come to the host once per micro-batch; GAE runs there, over each episode's
+    policy tokens in order (a sequential scan that a GPU would not speed up).
+    """
     model = policy.model
+    device = model_device(model)
     for mb in micro_batches(samples, cfg.micro_batch_size):
-        padded = pad_samples(mb, pad_id)
+        padded = pad_samples(mb, pad_id, device)
         out = forward_logprobs(model, padded, temperature=cfg.temperature, want_hidden=True, bf16=cfg.bf16)
         values = head(out.hidden) if out.hidden is not None else torch.zeros_like(out.logprobs)
         ref = None
@@ -277,12 +268,14 @@ def _prepare_targets(
             else:
                 with model.disable_adapter():
                     ref = forward_logprobs(model, padded, temperature=cfg.temperature, bf16=cfg.bf16).logprobs
+        old_lp, old_v = out.logprobs.cpu(), values.float().cpu()
+        ref_lp = ref.cpu() if ref is not None else None
         for i, s in enumerate(mb):
             n = len(s.ids)
-            s.extras["old_logprobs"] = out.logprobs[i, :n].tolist()
-            s.extras["old_values"] = values[i, :n].tolist()
-            if ref is not None:
-                s.extras["ref_logprobs"] = ref[i, :n].tolist()
+            s.extras["old_logprobs"] = old_lp[i, :n].tolist()
+            s.extras["old_values"] = old_v[i, :n].tolist()
+            if ref_lp is not None:
+                s.extras["ref_logprobs"] = ref_lp[i, :n].tolist()
             positions = [j for j, m in enumerate(s.mask) if m]
             v = np.asarray([s.extras["old_values"][j] for j in positions])
             adv, ret = gae(token_rewards(s), v, gamma=cfg.gamma, lam=cfg.lam)
@@ -292,12 +285,10 @@ def _prepare_targets(
             r_full[positions] = ret
             s.extras["advantages"] = a_full.tolist()
             s.extras["returns"] = r_full.tolist()
-    if cfg.whiten_advantages:
+    if cfg.whiten_advantages:  # on the host: a few thousand numbers
         L = max(len(s.ids) for s in samples)
         a = pad_extra(samples, "advantages", L)
-        m = torch.zeros_like(a)
-        for i, s in enumerate(samples):
-            m[i, : len(s.mask)] = torch.tensor(s.mask, dtype=torch.float32)
+        m = pad_samples(samples, pad_id).mask
         w = masked_whiten(a, m)
         for i, s in enumerate(samples):
             s.extras["advantages"] = w[i, : len(s.ids)].tolist()
@@ -317,23 +308,25 @@ def _minibatch_update(
     seq_total = len(mb)
     keys = ("pg_loss", "vf_loss", "kl", "clip_fraction", "vf_clip_fraction", "approx_kl", "entropy", "value_mean")
     acc = dict.fromkeys(keys, 0.0)
+    device = model_device(model)
     for micro in micro_batches(mb, cfg.micro_batch_size):
-        padded = pad_samples(micro, pad_id)
+        padded = pad_samples(micro, pad_id, device)
         L = padded.input_ids.shape[1]
         out = forward_logprobs(model, padded, temperature=cfg.temperature, want_hidden=True, bf16=cfg.bf16)
         if out.hidden is None:  # pragma: no cover - asked for above
             raise RuntimeError("forward_logprobs returned no hidden states")
         values = head(out.hidden)
-        old = pad_extra(micro, "old_logprobs", L)
-        adv = pad_extra(micro, "advantages", L)
+        old = pad_extra(micro, "old_logprobs", L, device=device)
+        adv = pad_extra(micro, "advantages", L, device=device)
         pg, st = clipped_policy_loss(out.logprobs, old, adv, padded.mask, cfg.clip_low, cfg.clip_high,
                                      cfg.aggregation)
-        vf, vf_clip = value_loss(values, pad_extra(micro, "old_values", L), pad_extra(micro, "returns", L),
-                                 padded.mask, cfg.value_clip)
+        vf, vf_clip = value_loss(values, pad_extra(micro, "old_values", L, device=device),
+                                 pad_extra(micro, "returns", L, device=device), padded.mask, cfg.value_clip)
         loss = pg + cfg.vf_coef * vf
         kl_val = 0.0
         if cfg.kl_coef > 0:
-            kl = aggregate(kl_estimate(out.logprobs, pad_extra(micro, "ref_logprobs", L), cfg.kl_estimator),
+            kl = aggregate(kl_estimate(out.logprobs, pad_extra(micro, "ref_logprobs", L, device=device),
+                                       cfg.kl_estimator),
                            padded.mask, cfg.aggregation)
             loss = loss + cfg.kl_coef * kl
             kl_val = float(kl.detach())

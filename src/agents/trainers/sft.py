@@ -23,28 +23,15 @@ from typing import Any
 import numpy as np
 import torch
 
+from agents.devices import model_device
 from agents.losses import masked_sum
-from agents.trainers.common import (
-    DataOrder,
-    MetricsLog,
-    Sample,
-    Timer,
-    forward_logprobs,
-    init_policy,
-    last_record,
-    make_optimizer,
-    make_scheduler,
-    micro_batches,
-    pad_samples,
-    pad_token_id,
-    progress_bar,
-    restore_training_state,
-    save_training_state,
-    start_run,
-    task_examples,
-    trainable_parameters,
-)
+from agents.trainers.checkpoints import restore_training_state, save_training_state, start_run
 from agents.trainers.config import TrainConfig, _help
+from agents.trainers.data import DataOrder, task_examples
+from agents.trainers.metrics import MetricsLog, Timer, last_record, progress_bar
+from agents.trainers.models import init_policy, pad_token_id, trainable_parameters
+from agents.trainers.optim import make_optimizer, make_scheduler
+from agents.trainers.samples import Sample, forward_logprobs, micro_batches, pad_samples
 from searchenv.jsonsafe import iter_jsonl
 
 
@@ -191,6 +178,7 @@ def train_sft(
     run_dir = start_run(cfg, resume=resume, overwrite=overwrite)
     policy = init_policy(cfg, policy)
     model = policy.model
+    device = model_device(model)
     samples, demo_stats = load_demos(cfg, policy, retriever)
     pad_id = pad_token_id(policy)
 
@@ -223,7 +211,7 @@ def train_sft(
         total_loss = 0.0
         with timer("training"):
             for mb in micro_batches(batch, cfg.micro_batch_size):
-                padded = pad_samples(mb, pad_id)
+                padded = pad_samples(mb, pad_id, device)
                 out = forward_logprobs(model, padded, bf16=cfg.bf16)
                 loss = -masked_sum(out.logprobs, padded.mask) / max(n_tok, 1)
                 loss.backward()

@@ -1,0 +1,153 @@
+"""Where a model runs, in one place: device names, moving tensors there, autocast, weight dtypes.
+
+Every model lives on one device. Code that hands tensors to a model moves them there with
+:func:`to_device` (one call per batch, not per tensor), finds the device with :func:`model_device`,
+and runs mixed precision with :func:`autocast`, which follows the device's type (``cuda`` or
+``cpu``), never a hard-coded one. Loss math runs where the log-probs are (the model's device);
+values go to the host only to be logged or stored.
+
+Device names (the ``device`` setting of the trainers and ``--device`` of ``searchenv eval`` and
+``searchenv train``): ``auto`` (CUDA when available, else the CPU; a policy handed to a trainer
+stays where it is), ``cpu``, ``cuda``, ``cuda:N``, ``mps``, ``xpu``, ``xpu:N``.
+
+Only :func:`check_device_name` and :func:`check_dtype_name` work without torch (configs validate
+with them); everything else imports torch when called.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import re
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    import torch
+
+#: Weight dtypes a model can be loaded or trained in.
+DTYPES = ("float32", "bfloat16", "float16")
+
+_DEVICE_NAME = re.compile(r"^(auto|cpu|mps|(cuda|xpu)(:\d+)?)$")
+
+T = TypeVar("T")
+
+
+def check_device_name(name: object, field: str = "device") -> str:
+    """Validate a device name without importing torch.
+
+    Args:
+        name: ``auto``, ``cpu``, ``cuda``, ``cuda:N``, ``mps``, ``xpu`` or ``xpu:N``.
+        field: The setting's name, for the message.
+
+    Returns:
+        The name.
+
+    Raises:
+        ValueError: Naming the setting and the value, for anything else.
+    """
+    if not isinstance(name, str) or not _DEVICE_NAME.match(name):
+        raise ValueError(f"{field} must be auto, cpu, cuda, cuda:N, mps, xpu or xpu:N, got {name!r}")
+    return name
+
+
+def check_dtype_name(name: object, field: str = "dtype") -> str:
+    """Validate a weight dtype name (one of :data:`DTYPES`) without importing torch.
+
+    Raises:
+        ValueError: Naming the setting and the value.
+    """
+    if name not in DTYPES:
+        raise ValueError(f"{field} must be one of {DTYPES}, got {name!r}")
+    return str(name)
+
+
+def resolve_device(name: str | torch.device | None = "auto") -> torch.device:
+    """The torch device for a device name (``auto`` or None: CUDA when available, else the CPU).
+
+    Raises:
+        ValueError: For an unknown name, or an accelerator this machine does not have (the message
+            says what is available).
+    """
+    import torch
+
+    if isinstance(name, torch.device):
+        return name
+    spec = check_device_name("auto" if name is None else name)
+    if spec == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(spec)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {spec!r} asked for, but this machine has no CUDA GPU (or torch is a CPU "
+                             "build); use --device cpu or auto")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ValueError(f"device {spec!r} asked for, but this machine has {torch.cuda.device_count()} CUDA "
+                             "device(s)")
+    elif device.type == "mps" and not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
+        raise ValueError("device 'mps' asked for, but MPS is not available here; use --device cpu or auto")
+    elif device.type == "xpu" and not (hasattr(torch, "xpu") and torch.xpu.is_available()):
+        raise ValueError(f"device {spec!r} asked for, but no XPU is available here; use --device cpu or auto")
+    return device
+
+
+def model_device(model: Any) -> torch.device:
+    """The device of a model's parameters (the CPU for a model without any)."""
+    import torch
+
+    for p in model.parameters():
+        return p.device
+    return torch.device("cpu")
+
+
+def torch_dtype(name: str | torch.dtype) -> torch.dtype:
+    """The torch dtype of a name of :data:`DTYPES` (a torch dtype is returned as is)."""
+    import torch
+
+    if isinstance(name, torch.dtype):
+        return name
+    return getattr(torch, check_dtype_name(name))
+
+
+def to_device(obj: T, device: torch.device | str, *, non_blocking: bool = True) -> T:
+    """``obj`` with every tensor in it on ``device``: a tensor, a dataclass, a list, tuple or dict of them.
+
+    Tensors already there are returned as they are (no copy). Copies from the host are
+    asynchronous on CUDA (``non_blocking``); a later operation on the device waits for them.
+    """
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device, non_blocking=non_blocking)  # type: ignore[return-value]
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        moved = {f.name: to_device(getattr(obj, f.name), device, non_blocking=non_blocking)
+                 for f in dataclasses.fields(obj)}
+        return dataclasses.replace(obj, **moved)
+    if isinstance(obj, list | tuple):
+        return type(obj)(to_device(x, device, non_blocking=non_blocking) for x in obj)
+    if isinstance(obj, Mapping):
+        return {k: to_device(v, device, non_blocking=non_blocking) for k, v in obj.items()}  # type: ignore[return-value]
+    return obj
+
+
+@contextlib.contextmanager
+def autocast(device: torch.device | str, enabled: bool, dtype: str | torch.dtype = "bfloat16") -> Iterator[None]:
+    """Mixed precision on ``device``'s type (``cuda``, ``cpu``, ...), or nothing when not ``enabled``."""
+    if not enabled:
+        yield
+        return
+    import torch
+
+    kind = torch.device(device).type
+    with torch.autocast(kind, dtype=torch_dtype(dtype)):
+        yield
+
+
+def describe(device: torch.device | str) -> str:
+    """A device in words for logs and benchmark tables (the GPU's name on CUDA)."""
+    import torch
+
+    dev = torch.device(device)
+    if dev.type == "cuda" and torch.cuda.is_available():
+        return f"{dev} ({torch.cuda.get_device_name(dev)})"
+    return str(dev)

@@ -1,0 +1,310 @@
+"""Run folders and checkpoints: start or resume a run, save and restore everything a trainer needs.
+
+Checkpoints are written atomically and read with ``torch.load(weights_only=True)`` onto the CPU;
+loading a state dict then copies each tensor onto the device of the module it belongs to, so a
+run trained on a GPU resumes there and evaluates on a CPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import re
+import zipfile
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from agents.trainers.config import TrainConfig
+from agents.trainers.data import DataOrder
+from agents.trainers.optim import load_optimizer_state
+from searchenv.corpus import atomic_write_lines
+
+CHECKPOINT_NAME = "checkpoint.pt"
+METRICS_NAME = "metrics.jsonl"
+CONFIG_NAME = "config.json"
+#: Name prefixes of the temporary files written next to the run folder's files (then renamed over them).
+TEMP_PREFIXES = tuple(f".{name}." for name in (CHECKPOINT_NAME, METRICS_NAME, CONFIG_NAME))
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used (damaged, holding unsafe objects, or not of this run).
+
+    The message names the file and says what to do.
+    """
+
+
+
+def model_state(model: torch.nn.Module, trainable_only: bool) -> dict[str, torch.Tensor]:
+    """Host copies of the model's state dict (only trainable tensors when ``trainable_only``, e.g. LoRA).
+
+    Copies go to the CPU, so a checkpoint never pins accelerator memory and loads on any machine.
+    """
+    names = {n for n, p in model.named_parameters() if p.requires_grad} if trainable_only else None
+    return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items() if names is None or k in names}
+
+
+def start_run(cfg: TrainConfig, *, resume: bool, overwrite: bool) -> Path:
+    """Check and prepare the run folder ``cfg.output_dir`` before anything is loaded; write its config.
+
+    A folder that already holds a run (a checkpoint or metrics) is continued only with ``resume``
+    and replaced only with ``overwrite`` (its checkpoint and metrics are deleted); ``resume``
+    needs a checkpoint. Temporary files that killed runs left in the folder are removed.
+
+    Args:
+        cfg: The trainer config.
+        resume: The caller will continue from the folder's checkpoint.
+        overwrite: Replace a run already in the folder.
+
+    Returns:
+        The run folder (created if needed), with ``config.json`` written atomically.
+
+    Raises:
+        ValueError: If both ``resume`` and ``overwrite`` are set.
+        FileNotFoundError: If ``resume`` is set and there is no checkpoint.
+        FileExistsError: If the folder holds a run and neither flag is set.
+    """
+    run = Path(cfg.output_dir)
+    ckpt = run / CHECKPOINT_NAME
+    if resume and overwrite:
+        raise ValueError("--resume and --overwrite contradict each other: choose one")
+    if resume and not ckpt.is_file():
+        raise FileNotFoundError(f"cannot resume: there is no {ckpt}; drop --resume to start a new run")
+    held = [p.name for p in (ckpt, run / METRICS_NAME) if p.is_file() and p.stat().st_size > 0]
+    if held and not resume and not overwrite:
+        raise FileExistsError(
+            f"{run} already holds a run ({', '.join(held)}): continue it with --resume, replace it with "
+            "--overwrite, or choose another output_dir"
+        )
+    run.mkdir(parents=True, exist_ok=True)
+    for p in run.iterdir():
+        if p.name.startswith(TEMP_PREFIXES) and p.is_file():
+            p.unlink(missing_ok=True)
+    if overwrite:
+        for name in (CHECKPOINT_NAME, METRICS_NAME):
+            (run / name).unlink(missing_ok=True)
+    atomic_write_lines(run / CONFIG_NAME, [json.dumps(cfg.to_dict(), indent=2)])
+    return run
+
+
+def save_checkpoint(run_dir: str | Path, state: Mapping[str, Any]) -> Path:
+    """Write ``state`` to ``run_dir/checkpoint.pt`` atomically (temporary file, fsync, rename).
+
+    A crash mid-write leaves the previous checkpoint intact; an error removes the temporary file
+    (a kill leaves it, and :func:`start_run` removes it).
+
+    Raises:
+        TypeError: Naming the entry, if ``state`` holds anything but tensors, numbers, strings,
+            None, and dicts, lists and tuples of them (what :func:`load_checkpoint` accepts).
+    """
+    _check_plain(state)
+    run = Path(run_dir)
+    run.mkdir(parents=True, exist_ok=True)
+    final = run / CHECKPOINT_NAME
+    tmp = run / f".{CHECKPOINT_NAME}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "wb") as fh:
+            torch.save(dict(state), fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, final)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return final
+
+
+_PLAIN_TYPES = (str, bytes, int, float, bool, type(None))
+
+
+def _check_plain(state: Mapping[str, Any]) -> None:
+    stack: list[tuple[Any, str]] = [(state, "")]
+    while stack:
+        value, where = stack.pop()
+        if type(value) in (dict, OrderedDict):
+            stack.extend((v, f"{where}[{k!r}]") for k, v in value.items())
+            stack.extend((k, f"{where} key {k!r}") for k in value)
+        elif type(value) in (list, tuple, torch.Size):
+            stack.extend((v, f"{where}[{i}]") for i, v in enumerate(value))
+        elif not isinstance(value, torch.Tensor) and type(value) not in _PLAIN_TYPES:
+            raise TypeError(
+                f"checkpoint entry state{where} is a {type(value).__module__}.{type(value).__name__}; a checkpoint "
+                "holds only tensors, numbers, strings, None and dicts, lists and tuples of them"
+            )
+
+
+def save_training_state(
+    run_dir: str | Path,
+    kind: str,
+    step: int,
+    *,
+    model: torch.nn.Module,
+    cfg: Any,
+    optimizer: Any,
+    scheduler: Any,
+    gen: np.random.Generator,
+    cursor: int,
+    **extra: Any,
+) -> Path:
+    """Checkpoint everything a trainer needs to resume exactly (see :func:`save_checkpoint`).
+
+    Args:
+        run_dir: The run folder.
+        kind: ``sft``, ``grpo`` or ``ppo``.
+        step: The last completed step.
+        model: The policy model (only trainable tensors are saved when ``cfg.lora``).
+        cfg: The trainer config (``lora`` and ``to_dict()`` are used).
+        optimizer: Its optimizer.
+        scheduler: Its learning-rate scheduler.
+        gen: The trainer's NumPy generator (saved with torch's CPU generator).
+        cursor: Position in the data order.
+        **extra: More state, e.g. ``value_head`` (a state dict).
+
+    Returns:
+        The checkpoint path.
+    """
+    state = {
+        "kind": kind,
+        "step": step,
+        "model": model_state(model, trainable_only=cfg.lora),
+        "lora": cfg.lora,
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+        "rng": rng_state(gen),
+        "cursor": cursor,
+        "config": cfg.to_dict(),
+        **extra,
+    }
+    return save_checkpoint(run_dir, state)
+
+
+def restore_training_state(
+    run_dir: str | Path,
+    *,
+    kind: str,
+    model: torch.nn.Module,
+    optimizer: Any,
+    scheduler: Any,
+    gen: np.random.Generator,
+    order: DataOrder,
+    extra: Mapping[str, torch.nn.Module] | None = None,
+) -> tuple[int, dict[str, Any] | None]:
+    """Load what :func:`save_training_state` wrote, if there is a checkpoint.
+
+    Args:
+        run_dir: The run folder.
+        kind: The trainer resuming (``sft``, ``grpo``, ``ppo``); must be the one that wrote it.
+        model: The policy model.
+        optimizer: Its optimizer.
+        scheduler: Its learning-rate scheduler.
+        gen: The trainer's NumPy generator.
+        order: The data order (its cursor is restored).
+        extra: Modules saved under their key as ``**extra`` state dicts (e.g. ``value_head``).
+
+    Returns:
+        (the step to continue after, the checkpoint dict) or (0, None) when there is no checkpoint.
+
+    Raises:
+        CheckpointError: If the checkpoint is damaged, unsafe, of another trainer, or does not fit.
+    """
+    path = Path(run_dir) / CHECKPOINT_NAME
+    ckpt = load_checkpoint(run_dir)
+    if ckpt is None:
+        return 0, None
+    modules = dict(extra or {})
+    _require(ckpt, path, (*_STATE_KEYS, *modules))
+    if ckpt["kind"] != kind:
+        raise CheckpointError(
+            f"{path} was written by `searchenv train {ckpt['kind']}`, not {kind}: resume it with that trainer, "
+            "or start this one in another output_dir (init_from can start from that run's weights)"
+        )
+    try:
+        loaded = model.load_state_dict(ckpt["model"], strict=False)
+        if loaded.unexpected_keys:
+            raise ValueError(f"unexpected weights {loaded.unexpected_keys[:3]}")
+        load_optimizer_state(optimizer, ckpt["optimizer"])
+        scheduler.load_state_dict(ckpt["scheduler"])
+        restore_rng(gen, ckpt["rng"])
+        for key, module in modules.items():
+            module.load_state_dict(ckpt[key])
+        order.cursor = int(ckpt["cursor"])
+        step = int(ckpt["step"])
+    except (RuntimeError, ValueError, KeyError, TypeError, IndexError) as exc:
+        raise CheckpointError(
+            f"{path} does not fit this run ({exc}); resume with the run's own settings (model, lora), "
+            "or start over with --overwrite"
+        ) from None
+    return step, ckpt
+
+
+_STATE_KEYS = ("kind", "step", "model", "lora", "optimizer", "scheduler", "rng", "cursor", "config")
+_TO_DO = (
+    "replace it with a good copy, or do without it (start the run over with --overwrite, or give init_from "
+    "another run)"
+)
+
+
+def load_checkpoint(run_dir: str | Path) -> dict[str, Any] | None:
+    """Read ``run_dir/checkpoint.pt``, or None when there is none.
+
+    Only tensors, numbers, strings, None and containers of them are unpickled
+    (``torch.load(weights_only=True)``); a file that is not a torch archive is not unpickled at all.
+
+    Raises:
+        CheckpointError: Naming the file, for a damaged file or one holding other objects (which
+            could run code when unpickled).
+    """
+    path = Path(run_dir) / CHECKPOINT_NAME
+    if not path.is_file():
+        return None
+    if not zipfile.is_zipfile(path):
+        size = path.stat().st_size
+        what = "an empty file" if size == 0 else f"{size} bytes, not a complete checkpoint archive"
+        raise CheckpointError(f"checkpoint {path} is damaged ({what}): {_TO_DO}")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        found = re.search(r"Unsupported global: GLOBAL (\S+)", str(exc))
+        asks = f" (it asks for {found.group(1)})" if found else ""
+        raise CheckpointError(
+            f"refusing to load checkpoint {path}: it is damaged or holds objects other than tensors, numbers, "
+            f"strings and containers{asks}, and unpickling those could run code. This project never writes "
+            f"such checkpoints; {_TO_DO}"
+        ) from None
+    except Exception as exc:  # torch raises RuntimeError, EOFError, ValueError, ... on a damaged archive
+        raise CheckpointError(f"checkpoint {path} is damaged ({type(exc).__name__}: {exc}): {_TO_DO}") from None
+    if not isinstance(ckpt, dict):
+        raise CheckpointError(f"checkpoint {path} holds a {type(ckpt).__name__}, not a dict: {_TO_DO}")
+    return ckpt
+
+
+def _require(ckpt: Mapping[str, Any], path: Path, keys: Sequence[str]) -> None:
+    missing = [k for k in keys if k not in ckpt]
+    if missing:
+        raise CheckpointError(f"checkpoint {path} lacks {missing}: {_TO_DO}")
+
+
+def rng_state(gen: np.random.Generator) -> dict[str, Any]:
+    """Everything random a trainer owns: NumPy's generator, torch's CPU and (in use) CUDA generators.
+
+    The NumPy state is a dict of ints, torch's CPU state a tensor; the CUDA states are kept where CUDA
+    is in use (dropout on a GPU draws from them).
+    """
+    state: dict[str, Any] = {"numpy": gen.bit_generator.state, "torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng(gen: np.random.Generator, state: Mapping[str, Any]) -> None:
+    """Restore what :func:`rng_state` saved (CUDA generators only where this machine has as many GPUs)."""
+    gen.bit_generator.state = state["numpy"]
+    torch.set_rng_state(state["torch"])
+    cuda = state.get("cuda")
+    if cuda is not None and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(cuda)

@@ -1,0 +1,175 @@
+"""The policy model of a training run: loading, LoRA, weights from earlier runs, trainable parameters."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agents.devices import model_device, resolve_device, torch_dtype
+from agents.trainers.checkpoints import CHECKPOINT_NAME, CheckpointError, _require, load_checkpoint
+from agents.trainers.config import TrainConfig
+
+
+def load_policy(cfg: TrainConfig) -> Any:
+    """Load ``cfg.model`` (``smollm2-135m``, the packaged GGUF, or a transformers model folder) onto ``cfg.device``."""
+    from agents.policies.hf import HFPolicy
+
+    if cfg.threads is not None:
+        torch.set_num_threads(cfg.threads)
+    return HFPolicy.from_pretrained(cfg.model, device=resolve_device(cfg.device))
+
+
+def init_policy(cfg: TrainConfig, policy: Any = None, init_from: str | None = None) -> Any:
+    """Load (or take) the policy, start it from ``init_from``'s weights, then :func:`prepare_model`.
+
+    A policy handed in stays on its device under ``device = "auto"`` and is moved to any other
+    ``cfg.device``; a loaded one goes to ``cfg.device`` (``auto``: CUDA when available).
+    """
+    if policy is None:
+        policy = load_policy(cfg)
+    else:
+        if cfg.threads is not None:
+            torch.set_num_threads(cfg.threads)
+        if cfg.device != "auto":
+            target = resolve_device(cfg.device)
+            if model_device(policy.model) != target:
+                policy.model.to(target)
+    if init_from is not None:
+        load_weights(policy, init_from)
+    prepare_model(policy, cfg)
+    return policy
+
+
+def load_weights(policy: Any, run_dir: str | Path) -> None:
+    """Replace the policy's weights by those of a run's checkpoint (LoRA runs are merged in).
+
+    Raises:
+        FileNotFoundError: If the run has no checkpoint.
+        CheckpointError: If the checkpoint is damaged, unsafe, or does not fit the model.
+    """
+    path = Path(run_dir) / CHECKPOINT_NAME
+    ckpt = load_checkpoint(run_dir)
+    if ckpt is None:
+        raise FileNotFoundError(f"init_from: no {path}; point it at a run folder holding a checkpoint")
+    _require(ckpt, path, ("model", "lora", "config"))
+    try:
+        _load_weights(policy, ckpt)
+    except (RuntimeError, ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(f"{path} does not fit the model {type(policy.model).__name__}: {exc}") from None
+
+
+def load_trained_policy(run_dir: str | Path, device: str | torch.device | None = None) -> Any:
+    """The model a training run ended with, ready to generate: its base model with every phase's weights.
+
+    A run started with ``init_from`` is followed back to its first phase (an SFT run, say), so a
+    GRPO run trained as LoRA on top of LoRA SFT gets both sets of adapters, in training order.
+
+    Checkpoints are read onto the host and copied onto the model's device, so a run trained on a
+    GPU evaluates on a CPU and the other way round.
+
+    Args:
+        run_dir: A run folder holding ``checkpoint.pt``.
+        device: Where the model goes (a device name, see :mod:`agents.devices`; None: ``auto``).
+
+    Returns:
+        An :class:`agents.policies.hf.HFPolicy` in eval mode.
+
+    Raises:
+        FileNotFoundError: If a run of the chain has no checkpoint.
+        CheckpointError: If a checkpoint is damaged or unsafe, the chain loops, or its phases
+            were trained on different base models.
+    """
+    from agents.policies.hf import HFPolicy
+
+    chain: list[tuple[Path, Mapping[str, Any]]] = []
+    current: Path | None = Path(run_dir)
+    while current is not None:
+        if any(current.resolve() == seen.resolve() for seen, _ in chain):
+            raise CheckpointError(f"{run_dir}: init_from loops back to {current}")
+        ckpt = load_checkpoint(current)
+        if ckpt is None:
+            raise FileNotFoundError(f"{current / CHECKPOINT_NAME} does not exist: not a training run folder")
+        _require(ckpt, current / CHECKPOINT_NAME, ("model", "lora", "config"))
+        chain.append((current, ckpt["config"]))
+        parent = ckpt["config"].get("init_from")
+        current = Path(parent) if parent else None
+    chain.reverse()
+    models = {str(cfg.get("model")) for _, cfg in chain}
+    if len(models) != 1:
+        raise CheckpointError(f"{run_dir}: its phases were trained on different models ({', '.join(sorted(models))})")
+    policy = HFPolicy.from_pretrained(models.pop(), device=resolve_device(device))
+    for folder, _ in chain:
+        load_weights(policy, folder)
+    policy.model.eval()
+    return policy
+
+
+def _load_weights(policy: Any, ckpt: Mapping[str, Any]) -> None:
+    if not ckpt["lora"]:
+        policy.model.load_state_dict(ckpt["model"])
+        return
+    from peft import LoraConfig, get_peft_model
+
+    c = ckpt["config"]
+    names = {n.rsplit(".", 1)[-1] for n, _ in policy.model.named_modules()}
+    lcfg = LoraConfig(
+        r=c["lora_r"],
+        lora_alpha=c["lora_alpha"],
+        lora_dropout=c["lora_dropout"],
+        target_modules=[t for t in c["lora_target_modules"] if t in names],
+    )
+    wrapped = get_peft_model(policy.model, lcfg)
+    missing = wrapped.load_state_dict(ckpt["model"], strict=False)
+    if missing.unexpected_keys:
+        raise ValueError(f"unexpected weights {missing.unexpected_keys[:3]}")
+    policy.model = wrapped.merge_and_unload()
+
+
+def prepare_model(policy: Any, cfg: TrainConfig) -> None:
+    """Put the policy's model in training shape: ``cfg.dtype`` weights, LoRA, gradient checkpointing.
+
+    LoRA adapters are added if ``cfg.lora``, gradient checkpointing is switched on if
+    ``cfg.gradient_checkpointing``, and the model is left in training mode.
+
+    The adapters' initial weights depend on ``cfg.seed`` only (not on the global random state, nor on
+    the device: they are drawn on the host, then moved next to the layer they adapt).
+    """
+    model = policy.model
+    model.to(dtype=torch_dtype(cfg.dtype))
+    if cfg.lora and not hasattr(model, "peft_config"):
+        from peft import LoraConfig, get_peft_model
+
+        names = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
+        targets = [t for t in cfg.lora_target_modules if t in names]
+        if not targets:
+            raise ValueError(f"lora_target_modules {cfg.lora_target_modules} match no module of the model")
+        lcfg = LoraConfig(
+            r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout, target_modules=targets
+        )
+        with torch.random.fork_rng(devices=[]):  # adapters drawn from cfg.seed alone; global state restored
+            torch.manual_seed(cfg.seed)
+            policy.model = get_peft_model(model, lcfg)
+    if cfg.gradient_checkpointing:
+        if not getattr(policy.model, "supports_gradient_checkpointing", True) or not hasattr(
+                policy.model, "gradient_checkpointing_enable"):
+            raise ValueError(f"gradient_checkpointing: {type(model).__name__} does not support it; set it to false")
+        policy.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    policy.model.train()
+
+
+def pad_token_id(policy: Any) -> int:
+    """The tokenizer's pad id (else EOS, else 0); padded positions are masked anyway."""
+    tok = policy.tokenizer
+    pid = getattr(tok, "pad_token_id", None)
+    if pid is None:
+        pid = getattr(tok, "eos_token_id", None)
+    return int(pid) if pid is not None else 0
+
+
+
+def trainable_parameters(module: torch.nn.Module) -> list[torch.nn.Parameter]:
+    """Parameters with ``requires_grad``."""
+    return [p for p in module.parameters() if p.requires_grad]

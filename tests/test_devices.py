@@ -1,0 +1,224 @@
+"""Trainers on an accelerator, checked without one: every tensor reaching the model is on its device.
+
+The tiny policy is placed on a virtual ``cuda:0`` (:mod:`tests.virtual_device`): its tensors report
+that device and any operation mixing them with host tensors raises, as CUDA does. SFT, GRPO (with
+a reference model, several updates per batch, dynamic sampling, REX-RAG probes, the UR2 curriculum,
+LoRA) and PPO (value head, reference) then run whole steps; since everything really runs on the
+CPU, each run must also measure what the same run without the check measures.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from agents.devices import autocast, check_device_name, model_device, resolve_device, to_device
+from agents.trainers.metrics import read_metrics
+from agents.trainers.samples import Sample, forward_logprobs, pad_samples
+from tests.test_trainers import _grpo_cfg, _sft_cfg, toy_reward
+from tests.tiny_model import tiny_policy
+from tests.virtual_device import DeviceMismatch, VirtualDevice, host_kernels
+
+
+def _weights(policy: Any) -> dict[str, torch.Tensor]:
+    with torch._C.DisableTorchFunction():
+        return {k: v.detach().clone() for k, v in policy.model.state_dict().items()}
+
+
+def _placed(seed: int = 0) -> tuple[Any, VirtualDevice]:
+    policy = tiny_policy(seed=seed)
+    vd = VirtualDevice()
+    vd.place(policy.model)
+    return policy, vd
+
+
+def _sample(policy: Any) -> Sample:
+    ids = policy.chat_prompt_ids([{"role": "system", "content": "s"}, {"role": "user", "content": "q"}])
+    return Sample(ids + [5, 6, 7], [0] * len(ids) + [1, 1, 1])
+
+
+# ---- the checker itself ----------------------------------------------------------------------
+
+
+def test_virtual_device_refuses_host_tensors_where_cuda_would() -> None:
+    policy, vd = _placed()
+    sample = _sample(policy)
+    with vd:
+        assert model_device(policy.model) == torch.device("cuda", 0)
+        with pytest.raises(DeviceMismatch, match="embedding"):  # the H200 crash of the issue, reproduced
+            policy.model(input_ids=pad_samples([sample], 0).input_ids)
+        moved = pad_samples([sample], 0, model_device(policy.model))
+        assert vd.on_device(moved.input_ids) and moved.input_ids.device == torch.device("cuda", 0)
+        out = forward_logprobs(policy.model, moved)
+        assert vd.on_device(out.logprobs)
+        with pytest.raises(DeviceMismatch):
+            out.logprobs * torch.ones_like(out.logprobs.cpu())
+        with pytest.raises(TypeError, match="numpy"):
+            out.logprobs.detach().numpy()
+        host = out.logprobs.detach().cpu()
+        assert not vd.on_device(host) and host.numpy().shape == out.logprobs.shape
+        assert float(out.logprobs.sum()) < 0  # reading a value to the host is allowed (a sync)
+
+
+def test_forward_logprobs_moves_a_host_batch_to_the_model_and_keeps_the_numbers() -> None:
+    policy, vd = _placed()
+    batch = pad_samples([_sample(policy)], 0)
+    expected = forward_logprobs(policy.model, batch).logprobs.detach()
+    with vd:
+        got = forward_logprobs(policy.model, batch).logprobs.detach().cpu()
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
+# ---- whole training steps on the device ---------------------------------------------------------
+
+
+def _run_both(train: Any, make_cfg: Any, must_move: bool = True, **kwargs: Any) -> dict[str, Any]:
+    """Train the same run with and without the device check; compare what they measured and trained.
+
+    The first step's rollouts (and SFT's first loss) come before any update, so they must agree.
+    Later weights are not compared: the float sums of a step are not always taken in the same
+    order in both runs (gradient norms differed in the last bit), and Adam turns a last-bit
+    difference of a near-zero gradient into a visible one.
+    """
+    plain = train(make_cfg("plain"), policy=tiny_policy(seed=0), **kwargs)
+    policy, vd = _placed()
+    with vd, host_kernels():
+        checked = train(make_cfg("checked"), policy=policy, **kwargs)
+        assert all(vd.on_device(p) for p in checked["policy"].model.parameters())
+    assert vd.checked > 1000
+    first = [read_metrics(out["run_dir"])[0] for out in (plain, checked)]
+    for key in ("loss", "reward_mean", "em", "searches", "response_tokens"):
+        if key in first[0]:
+            assert first[1][key] == pytest.approx(first[0][key], rel=1e-5, abs=1e-7), key
+    start = _weights(tiny_policy(seed=0))
+    moved = [k for k, v in _weights(checked["policy"]).items() if k not in start or not torch.equal(v, start[k])]
+    assert moved or not must_move
+    return checked
+
+
+def test_sft_step_on_the_device(tmp_path: Path, qa_file: Path, corpus_file: Path) -> None:
+    from agents.trainers.sft import train_sft
+
+    _run_both(train_sft, lambda n: _sft_cfg(tmp_path / n, qa_file, corpus_file, steps=2))
+
+
+def _parity_reward(ctx: Any) -> tuple[float, dict[str, float]]:
+    value = float(len(ctx.text) % 2)
+    return value, {"toy": value}
+
+
+GRPO_VARIANTS = {
+    "reference+updates": {"kl_coef": 0.05, "epochs": 2, "minibatches": 2},
+    "dynamic+probes": {"dynamic_sampling": True, "max_sampling_rounds": 2, "rex_probes": 1},
+    "curriculum": {"curriculum": "ur2", "closed_book_samples": 2, "hard_share": (0.5, 1.0)},
+    "lora": {"lora": True, "lora_r": 4, "kl_coef": 0.1},
+}
+
+
+@pytest.mark.parametrize("variant", sorted(GRPO_VARIANTS))
+def test_grpo_step_on_the_device(tmp_path: Path, qa_file: Path, corpus_file: Path, variant: str) -> None:
+    from agents.trainers.grpo import train_grpo
+
+    kw: dict[str, Any] = {"steps": 1, "group_size": 2, "max_new_tokens": 3, **GRPO_VARIANTS[variant]}
+    reward: Any = toy_reward
+    if variant == "dynamic+probes":  # every group a dead end (the tiny model is never right), returns varied
+        kw.update(protocol="search-r1", max_turns=2, max_new_tokens=6)
+        reward = _parity_reward
+    make = lambda n: _grpo_cfg(tmp_path / n, qa_file, corpus_file, **kw)  # noqa: E731
+    # the toy reward scores no closed-book answer of the tiny model: the curriculum step has no signal
+    _run_both(train_grpo, make, reward=reward, must_move=variant != "curriculum")
+
+
+def test_ppo_step_on_the_device(tmp_path: Path, qa_file: Path, corpus_file: Path) -> None:
+    from agents.trainers.ppo import PPOConfig, train_ppo
+
+    def make(name: str) -> PPOConfig:
+        return PPOConfig(
+            output_dir=str(tmp_path / name), task=str(qa_file), corpus=str(corpus_file), protocol="toy-free-answer",
+            max_turns=1, max_new_tokens=3, batch_size=2, samples_per_question=2, micro_batch_size=8,
+            learning_rate=1e-2, steps=1, save_every=0, progress=False, log_every=0, kl_coef=0.05,
+        )
+
+    out = _run_both(train_ppo, make, reward=_parity_reward)
+    assert float(out["value_head"].linear.weight.detach().abs().sum()) > 0
+
+
+def test_checkpoints_hold_host_tensors_and_resume_onto_the_device(
+        tmp_path: Path, qa_file: Path, corpus_file: Path) -> None:
+    from agents.trainers.checkpoints import load_checkpoint
+    from agents.trainers.sft import train_sft
+
+    cfg = _sft_cfg(tmp_path, qa_file, corpus_file, steps=3, save_every=1)
+    policy, vd = _placed()
+    with vd:
+        train_sft(cfg, policy=policy, stop_after=2)
+        ckpt = load_checkpoint(cfg.output_dir)
+        assert ckpt is not None
+        assert not any(vd.on_device(t) for t in ckpt["model"].values())
+        resumed, vd2 = _placed()
+    with vd2:
+        out = train_sft(cfg, policy=resumed, resume=True)
+        assert out["step"] == 3 and all(vd2.on_device(p) for p in out["policy"].model.parameters())
+
+
+# ---- settings ---------------------------------------------------------------------------------
+
+
+def test_device_names_are_checked_and_auto_is_the_cpu_here() -> None:
+    assert check_device_name("cuda:1") == "cuda:1"
+    for bad in ("gpu", "cuda:x", "", None, "cpu:0:1"):
+        with pytest.raises(ValueError, match="device must be"):
+            check_device_name(bad)
+    if not torch.cuda.is_available():
+        assert resolve_device("auto") == torch.device("cpu")
+        with pytest.raises(ValueError, match="no CUDA GPU"):
+            resolve_device("cuda")
+    assert to_device({"a": [torch.ones(2)]}, "cpu")["a"][0].device.type == "cpu"
+    with autocast("cpu", enabled=True):
+        assert torch.ones(2, 2).matmul(torch.ones(2, 2)).dtype == torch.bfloat16
+
+
+def test_train_config_device_dtype_and_gradient_checkpointing(tmp_path: Path, qa_file: Path,
+                                                              corpus_file: Path) -> None:
+    from agents.trainers.sft import SFTConfig, train_sft
+
+    with pytest.raises(ValueError, match="device must be"):
+        _sft_cfg(tmp_path, qa_file, corpus_file, device="gpu0")
+    with pytest.raises(ValueError, match="dtype must be"):
+        _sft_cfg(tmp_path, qa_file, corpus_file, dtype="fp8")
+    assert "device" in {f for f in SFTConfig.__dataclass_fields__}
+    half = train_sft(_sft_cfg(tmp_path / "bf16", qa_file, corpus_file, steps=1, dtype="bfloat16", device="cpu"),
+                     policy=tiny_policy(seed=0))["policy"]
+    assert {p.dtype for p in half.model.parameters()} == {torch.bfloat16}
+    plain = train_sft(_sft_cfg(tmp_path / "a", qa_file, corpus_file, steps=2), policy=tiny_policy(seed=0))
+    ckpt = train_sft(_sft_cfg(tmp_path / "b", qa_file, corpus_file, steps=2, gradient_checkpointing=True),
+                     policy=tiny_policy(seed=0))
+    assert ckpt["policy"].model.is_gradient_checkpointing
+    a, b = _weights(plain["policy"]), _weights(ckpt["policy"])
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=1e-5, atol=1e-6)
+
+
+def test_cli_device_flags(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from searchenv.cli import get_app
+
+    runner = CliRunner()
+    dry = runner.invoke(get_app(), ["train", "sft", "--dry-run", "--set", "device=cpu", "--device", "cuda:1"])
+    assert dry.exit_code == 0, dry.output
+    assert '"device": "cuda:1"' in dry.output  # --device is set last
+    bad = runner.invoke(get_app(), ["train", "sft", "--dry-run", "--device", "gpu"])
+    assert bad.exit_code == 2 and "device must be" in bad.output
+    if not torch.cuda.is_available():
+        missing = runner.invoke(get_app(), ["train", "sft", "--device", "cuda", "--set",
+                                            f"output_dir={tmp_path / 'run'}"])
+        assert missing.exit_code == 2 and "no CUDA GPU" in missing.output
+        assert not (tmp_path / "run").exists()  # refused before the run folder was made
+    ev = runner.invoke(get_app(), ["eval", "--agent", "heuristic", "--device", "tpu", "--n", "1"])
+    assert ev.exit_code == 2 and "--device" in ev.output
+    help_text = runner.invoke(get_app(), ["eval", "--help"]).output
+    assert "--max-doc-chars" in help_text and "--device" in help_text

@@ -159,6 +159,7 @@ def learning_args(args: argparse.Namespace, seed: int) -> argparse.Namespace:
     """The namespace learning.py's helpers read (its run folder, evaluation and trainer settings)."""
     ns = copy.copy(args)
     ns.seed, ns.lora, ns.lora_lr_scale, ns.bf16 = seed, True, 10.0, True
+    ns.device = getattr(args, "device", "auto")
     return ns
 
 

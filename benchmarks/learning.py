@@ -125,6 +125,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="Train under bfloat16 autocast (2x the fp32 tokens/s on AVX-512 BF16 CPUs).",
     )
     ap.add_argument("--threads", type=int, default=2, help="torch threads (arms in parallel use 1 each).")
+    ap.add_argument("--device", default="auto", help="Where models train and decode: auto (CUDA when available), "
+                    "cpu, cuda, cuda:N; named with the GPU in the results.")
     ap.add_argument("--parallel-arms", action="store_true", help="Run (c) and (d) at once in two processes.")
     ap.add_argument("--phases", default=",".join(PHASES), help=f"Comma list of {', '.join(PHASES)} (or none).")
     ap.add_argument("--throughput-reps", type=int, default=3)
@@ -148,13 +150,14 @@ def env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def load_policy(threads: int) -> Any:
+def load_policy(threads: int, device: str = "auto") -> Any:
     import torch
 
+    from agents.devices import resolve_device
     from agents.policies.hf import HFPolicy
 
     torch.set_num_threads(threads)
-    return HFPolicy.smollm2()
+    return HFPolicy.smollm2(device=resolve_device(device))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -216,7 +219,7 @@ def baselines_phase(args: argparse.Namespace) -> dict[str, Any]:
     from agents.reference import LLM_AGENTS, make_agent
 
     names = [n for n in args.baselines.split(",") if n]
-    policy = load_policy(args.threads) if any(n in LLM_AGENTS for n in names) else None
+    policy = load_policy(args.threads, args.device) if any(n in LLM_AGENTS for n in names) else None
     out: dict[str, Any] = {}
     for name in names:
         agent = make_agent(name, policy=policy, max_new_tokens=args.max_new_tokens, temperature=0.0, seed=args.seed)
@@ -262,6 +265,7 @@ def trainer_kwargs(args: argparse.Namespace, name: str) -> dict[str, Any]:
         "progress": False,
         "log_every": 1,
         "threads": args.threads,
+        "device": args.device,
         "bf16": args.bf16,
         "seed": args.seed,
         **({"lora": True, "lora_r": args.lora_r, "lora_alpha": 2 * args.lora_r} if args.lora else {}),
@@ -285,7 +289,7 @@ def train_and_evaluate(args: argparse.Namespace, train: Any, cfg: Any) -> tuple[
     resume = (Path(cfg.output_dir) / "checkpoint.pt").is_file()
     if resume:
         log(f"{Path(cfg.output_dir).name}: resuming from its checkpoint")
-    out = train(cfg, policy=load_policy(args.threads), resume=resume, overwrite=not resume)
+    out = train(cfg, policy=load_policy(args.threads, args.device), resume=resume, overwrite=not resume)
     train_s = time.perf_counter() - t0
     ev = evaluate_policy(out["policy"], args)
     return out, {**ev, "steps": out["step"], "train_seconds": train_s, "run_dir": cfg.output_dir}
@@ -377,7 +381,7 @@ def throughput_phase(args: argparse.Namespace) -> dict[str, Any]:
     )
     variants = {"update": 0.0, "update_kl": 0.001}
     cfgs = {name: dataclasses.replace(base, kl_coef=kl) for name, kl in variants.items()}
-    policy = init_policy(base, load_policy(args.threads), base.init_from)
+    policy = init_policy(base, load_policy(args.threads, args.device), base.init_from)
     examples, retr = task_examples(base)
     eps = run_rollouts(
         policy, examples[: base.batch_size], retr, base, group_size=base.group_size, seed=7, timer=Timer()
@@ -481,7 +485,7 @@ def main() -> None:
     phases = set(args.phases.split(","))
     t_start = time.perf_counter()
     if "base" in phases:
-        run_phase(args, "base", lambda: evaluate_policy(load_policy(args.threads), args))
+        run_phase(args, "base", lambda: evaluate_policy(load_policy(args.threads, args.device), args))
     if "baselines" in phases:
         run_phase(args, "baselines", lambda: baselines_phase(args))
     if "sft" in phases:
@@ -541,7 +545,11 @@ def write_outputs(args: argparse.Namespace, argv: list[str], wall: float) -> Non
     for name, row in results.pop("baselines", {}).get("agents", {}).items():
         results[f"baseline:{name}"] = row
     RESULTS.mkdir(parents=True, exist_ok=True)
+    from agents.devices import describe, resolve_device
+
     lines = [
+        f"Device: {describe(resolve_device(args.device))}.",
+        "",
         f"Task {args.task}: {args.n_dev} held-out dev questions (never trained on), greedy decoding, "
         f"top_k={args.top_k}, max_turns={args.max_turns}, max_new_tokens={args.max_new_tokens}, "
         f"max_doc_chars={args.max_doc_chars}" + (f"; LoRA rank {args.lora_r} adapters" if args.lora else "") + ".",

@@ -19,8 +19,7 @@ Generation runs its own sampling loop over the model's forward pass:
   preallocated key/value buffer (no per-step copies of the cache);
 - a sequence stops as soon as its decoded continuation contains a stop string (its ``token_ids`` end
   with the token that completed it, exactly as sampled; ``text`` is cut right after the stop string),
-  at an end-of-sequence token, or after ``max_new_tokens``; finished sequences are dropped from the
-  batch once a quarter of the batch has finished, so they stop costing compute;
+  at an end-of-sequence token, or after ``max_new_tokens``;
 - each prompt has its own random stream (``seed`` may be one int for the batch or one per prompt), so
   a sample does not depend on what else is in the batch;
 - prefix caching: the key/values of the previous call's sequences are kept, and a new prompt that
@@ -28,6 +27,30 @@ Generation runs its own sampling loop over the model's forward pass:
   only prefills the new tokens. Identical prompts in a batch (a GRPO group) are prefilled once, and
   a prefix shared by all prompts (the system prompt) is prefilled once. The kept cache is dropped
   when any parameter of the model changes (a training step), so it never serves stale values.
+
+Two decode loops give the same token ids, finish reasons and text for the same seeds (log-probs
+equal to float rounding: the batch shapes differ, so matrix products may round differently; a
+sampled token could only differ where a uniform falls within that rounding of a CDF step);
+``HFPolicy(decode=...)`` picks one:
+
+- ``"dynamic"`` (the default): the host reads every sampled token, checks each live row's stop
+  strings by decoding its last window, draws each row's uniform from its own CPU generator, and
+  drops finished rows from the batch once a quarter of it has finished, so they stop costing
+  compute. It stays the default until the static loop has been measured on a GPU.
+- ``"static"``: every row stays in the batch (a finished row is fed the pad token with its
+  attention column masked), so the decode step has the same shapes throughout. Each row's uniforms
+  for all steps are drawn up front from the same generator (``torch.rand(k)`` gives exactly the
+  values of ``k`` calls of ``torch.rand(1)``) and moved to the device once; end-of-sequence is
+  tracked on the device; sampled tokens accumulate in a device buffer that the host copies every
+  ``sync_every`` steps, then checks stop strings for those steps in order, decoding a row's window
+  only at a token that can complete a stop string (computed once per tokenizer and stop set). A row
+  found to have stopped at step ``s`` keeps its tokens up to ``s``; later samples are discarded and
+  the cache columns it was fed after ``s`` masked, so the prefix cache keeps exactly what the
+  dynamic loop keeps. Meant for GPUs, where a step of a small model is Python and kernel-launch
+  overhead. With ``cuda_graph=True`` the step attends over the whole key/value buffer under a
+  fixed-shape mask and, on CUDA, is captured once per batch in a CUDA graph and replayed (not yet
+  measured on a GPU; ``benchmarks/gpu_decode.py`` measures it). On two CPU cores the static loop
+  is within noise of the dynamic one (0.96-1.16x on SmolLM2-135M, 16-64 rows x 48 tokens).
 
 :meth:`HFPolicy.token_logprobs` recomputes per-token log-probs with gradient for training; at the
 same temperature they match the ``logprobs`` reported by :meth:`HFPolicy.generate`.
@@ -769,11 +792,11 @@ class HFPolicy:
                         gen_ids, gen_lps, finish, stop, candidates, max_new,
                     )
                     synced = step + 1
-                    if all(f is not None for f in finish):
-                        break
                     for r, s in stopped:  # found late: mask the columns fed after the stop
                         done[r] = True
                         mask[r, total + s : width] = 0
+                    if all(f is not None for f in finish):
+                        break
                 live = ~done
                 mask[:, width] = live
                 logits = step_fn(torch.where(live, toks, pad), lengths, width)
@@ -1229,7 +1252,7 @@ def _first_stop(
     string occurs before ``start``. ``candidates=None`` tests every token.
     """
     for j in range(start, len(ids)):
-        if candidates is not None and not candidates[ids[j]]:
+        if candidates is not None and ids[j] < len(candidates) and not candidates[ids[j]]:
             continue
         text = decode(ids[max(0, j + 1 - window) : j + 1])
         if any(s in text for s in stop):

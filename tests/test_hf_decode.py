@@ -315,3 +315,35 @@ def test_candidate_filter_on_smollm2_tokenizer() -> None:
     cases = [("The price is 5€ or 6€.", ["€ or"]), ("naïve café ☕ done", ["é ☕", "☕"]), ("a日本語b", ["本語"])]
     for text, stop in cases:
         _check_candidates(pol, pol.encode(text), stop)
+
+
+def test_fixed_shape_step_never_reads_the_device(
+    tiny: tuple[Any, Any], prompts: list[list[int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A CPU stand-in for "the step can be captured in a CUDA graph": no op in it reads a value back
+    to the host (``.item()``, ``bool(tensor)``, ``nonzero``), and every call has the same input shapes."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from agents.policies import hf
+
+    host_reads = {"_local_scalar_dense", "nonzero", "masked_select", "is_nonzero", "equal", "unique"}
+    seen: list[str] = []
+    shapes: set[tuple[tuple[int, ...], ...]] = set()
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            seen.append(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    original = hf._DecodeStep._forward
+
+    def recorded(self: Any) -> Any:
+        shapes.add((tuple(self.ids.shape), tuple(self.pos.shape), tuple(self.mask4.shape), tuple(self.col.shape)))
+        with Record():
+            return original(self)
+
+    monkeypatch.setattr(hf._DecodeStep, "_forward", recorded)
+    pol = _policy(tiny, prefix_cache=False, **STATIC["static-fixed"])
+    pol.generate(prompts, max_new_tokens=6, temperature=1.0, seed=1, stop=["e"])
+    assert seen and len(shapes) == 1
+    assert not host_reads & set(seen), sorted(host_reads & set(seen))

@@ -835,6 +835,8 @@ class HFPolicy:
         k = toks_np.shape[1]
         is_eos = np.isin(toks_np, eos)
         window = _stop_window(stop)
+        if candidates is not None:
+            any_candidate = candidates[np.minimum(toks_np, len(candidates) - 1)] | (toks_np >= len(candidates))
         stopped: list[tuple[int, int]] = []
         for r in range(len(finish)):
             if finish[r] is not None:
@@ -843,12 +845,13 @@ class HFPolicy:
             base = len(gen_ids[r])
             hits = np.flatnonzero(is_eos[r])
             end, reason = (int(hits[0]) + 1, "eos") if len(hits) else (k, None)
-            if stop:
-                checked = end - 1 if reason == "eos" else end  # the eos token itself is not checked
-                j = _first_stop(self.decode, gen_ids[r] + row[:checked], base, stop, window, candidates)
+            checked = end - 1 if reason == "eos" else end  # the eos token itself is not checked
+            if stop and (candidates is None or any_candidate[r, :checked].any()):
+                tail = gen_ids[r][-window:]  # enough context: each check decodes at most `window` tokens
+                j = _first_stop(self.decode, tail + row[:checked], len(tail), stop, window, candidates)
                 if j is not None:
-                    end, reason = j - base + 1, "stop"
-                    stopped.append((r, j))
+                    end, reason = j - len(tail) + 1, "stop"
+                    stopped.append((r, base + j - len(tail)))
             if reason is None and base + end >= max_new:
                 reason = "length"
             gen_ids[r].extend(row[:end])

@@ -44,7 +44,7 @@ demo: $(STAMP)
 	$(VENV)/bin/searchenv tasks
 	# Held-out synthetic-2hop questions, the settings the packaged searcher was trained with.
 	$(VENV)/bin/searchenv eval --task synthetic-2hop --split dev --n 30 --retriever bm25 --top-k 3 --max-turns 3 \
-		--max-new-tokens 80 --agent oracle --agent heuristic --agent searcher --agent rag --agent direct \
+		--max-doc-chars 450 --max-new-tokens 80 --agent oracle --agent heuristic --agent searcher --agent rag --agent direct \
 		--agent random --out runs/demo
 
 clean:

@@ -18,6 +18,7 @@ import torch
 from agents.devices import autocast, check_device_name, model_device, resolve_device, to_device
 from agents.trainers.metrics import read_metrics
 from agents.trainers.samples import Sample, forward_logprobs, pad_samples
+from searchenv.retrievers.base import Hit
 from tests.test_trainers import _grpo_cfg, _sft_cfg, toy_reward
 from tests.tiny_model import tiny_policy
 from tests.virtual_device import DeviceMismatch, VirtualDevice, host_kernels
@@ -70,6 +71,28 @@ def test_forward_logprobs_moves_a_host_batch_to_the_model_and_keeps_the_numbers(
     with vd:
         got = forward_logprobs(policy.model, batch).logprobs.detach().cpu()
     torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("decode", ["dynamic", "static"])
+def test_generation_and_judges_on_the_device(decode: str) -> None:
+    from agents.judges import PolicyAnswerJudge, PolicyRelevanceJudge
+
+    prompts = [_sample(tiny_policy(seed=0)).ids, _sample(tiny_policy(seed=0)).ids[:-4]]
+    kwargs = {"stop": ["</answer>"], "max_new_tokens": 6, "temperature": 1.0, "seed": [3, 4]}
+    expected = tiny_policy(seed=0, decode=decode).generate(prompts, **kwargs)
+    policy = tiny_policy(seed=0, decode=decode)
+    vd = VirtualDevice()
+    vd.place(policy.model)
+    with vd:
+        got = policy.generate(prompts, **kwargs)
+        assert [g.token_ids for g in got] == [g.token_ids for g in expected]
+        lps = policy.token_logprobs([list(p) + list(g.token_ids) for p, g in zip(prompts, got, strict=True)],
+                                    [len(p) for p in prompts])
+        assert all(vd.on_device(x) for x in lps)
+        PolicyAnswerJudge(policy)("Karsk", ["Karsk"])
+        hits = [Hit(doc_id=f"d{i}", title=f"T{i}", text=f"Doc {i}.", score=1.0) for i in range(2)]
+        assert len(PolicyRelevanceJudge(policy)("who directed it", hits)) == 2
+    assert vd.checked > 100
 
 
 # ---- whole training steps on the device ---------------------------------------------------------

@@ -194,6 +194,7 @@ def eval_command(
             seed=seed,
             max_new_tokens=max_new_tokens,
             env_kwargs={k: v for k, v in (("refiner", refiner), ("max_doc_chars", max_doc_chars)) if v} or None,
+            device=device,
         )
     except (ValueError, FileNotFoundError, RetrieverError, ModelServerError) as exc:
         hint = ""

@@ -194,6 +194,7 @@ def evaluate(
     seed: int = 0,
     max_new_tokens: int = 96,
     env_kwargs: Mapping[str, Any] | None = None,
+    device: str | None = None,
 ) -> EvalResult:
     """Run an agent on the first ``n`` questions of a task split and aggregate the scores.
 
@@ -213,15 +214,14 @@ def evaluate(
         seed: Run seed.
         max_new_tokens: Generation cap per turn for LLM agents given by name.
         env_kwargs: Further ``SearchQAEnv`` arguments.
+        device: Where an agent that loads its own model (``searcher``) puts it (None: auto).
 
     Returns:
         The row and the transcripts.
     """
     examples, ret = load_split(task, split, retriever, corpus=corpus, n=n)
     if isinstance(agent, str):
-        agent = make_agent(
-            agent, policy=policy, max_new_tokens=max_new_tokens, seed=seed
-        )
+        agent = make_agent(agent, policy=policy, max_new_tokens=max_new_tokens, seed=seed, device=device)
     served = getattr(getattr(agent, "policy", None), "usage", None)  # a model server's counters
     before = dict(served) if isinstance(served, Mapping) else None
     t0 = time.perf_counter()

@@ -647,6 +647,7 @@ def make_agent(
     max_new_tokens: int = 96,
     temperature: float = 0.0,
     seed: int = 0,
+    device: str | None = None,
 ) -> Agent:
     """Build a reference agent by name.
 
@@ -656,6 +657,7 @@ def make_agent(
         max_new_tokens: Generation cap per turn (LLM agents).
         temperature: Sampling temperature (LLM agents; 0 is greedy).
         seed: Seed of the ``random`` agent.
+        device: Where ``searcher`` loads its model (a device name, see :mod:`agents.devices`; None: auto).
 
     Returns:
         The agent.
@@ -670,9 +672,11 @@ def make_agent(
     if name == "heuristic":
         return HeuristicAgent()
     if name == "searcher":
+        from agents.devices import resolve_device
         from agents.searcher import load_searcher
 
-        return LLMAgent(name, load_searcher(), max_new_tokens=max_new_tokens, temperature=temperature)
+        return LLMAgent(name, load_searcher(device=resolve_device(device)), max_new_tokens=max_new_tokens,
+                        temperature=temperature)
     if name == "random":
         return RandomAgent(seed=seed)
     if name not in LLM_AGENTS:

@@ -50,7 +50,7 @@ sampled token could only differ where a uniform falls within that rounding of a 
   overhead. With ``cuda_graph=True`` the step attends over the whole key/value buffer under a
   fixed-shape mask and, on CUDA, is captured once per batch in a CUDA graph and replayed (not yet
   measured on a GPU; ``benchmarks/gpu_decode.py`` measures it). On two CPU cores the static loop
-  is within noise of the dynamic one (0.96-1.16x on SmolLM2-135M, 16-64 rows x 48 tokens).
+  is within noise of the dynamic one (0.95-1.16x on SmolLM2-135M, 16-64 rows x 48 tokens, one thread).
 
 :meth:`HFPolicy.token_logprobs` recomputes per-token log-probs with gradient for training; at the
 same temperature they match the ``logprobs`` reported by :meth:`HFPolicy.generate`.

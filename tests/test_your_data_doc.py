@@ -30,6 +30,43 @@ def test_the_doc_has_every_step() -> None:
         assert command in script, command
 
 
+_METRIC_ROW = re.compile(r"(recall|all-evidence|answer-in-docs|chars-read)((?:\s+[\d.]+)+)")
+
+
+def _metric_rows(text: str) -> list[tuple[str, ...]]:
+    """Each metric row of a recall table (the doc's, or the command's with its box drawn) as (metric, values...)."""
+    rows = []
+    for line in text.replace("\u2502", " ").splitlines():
+        m = _METRIC_ROW.search(line)
+        if m:
+            rows.append((m.group(1), *m.group(2).split()))
+    return rows
+
+
+def test_the_recall_table_is_what_eval_retrieval_prints(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Step 1's commands run in process; the doc's table shows every row the command prints, with its numbers."""
+    import shlex
+
+    from typer.testing import CliRunner
+
+    from searchenv.cli import get_app
+
+    shutil.copytree(ROOT / "docs" / "examples", tmp_path / "docs" / "examples")
+    monkeypatch.chdir(tmp_path)
+    block = _blocks()[0].replace("\\\n", " ")
+    printed = ""
+    for line in block.splitlines():
+        argv = shlex.split(line)
+        assert argv[0] == "searchenv", line
+        res = CliRunner().invoke(get_app(), argv[1:], env={"COLUMNS": "200"})
+        assert res.exit_code == 0, res.output
+        printed = res.stdout
+    doc = DOC.read_text(encoding="utf-8")
+    shown = doc[doc.index("```text", doc.index("searchenv eval-retrieval")):]
+    shown = shown[: shown.index("```", 7)]
+    assert _metric_rows(shown) == _metric_rows(printed), printed
+
+
 def _port_free(port: int) -> bool:
     with socket.socket() as s:
         try:

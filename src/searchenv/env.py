@@ -689,20 +689,20 @@ def _bounded(text: str, limit: int) -> str:
 def _resolve_task(
     task: str | os.PathLike[str] | Sequence[QAExample], split: str, corpus: str | os.PathLike[str] | None
 ) -> tuple[list[QAExample], Path | None]:
-    from searchenv.tasks.base import load_task, read_qa_jsonl
+    from searchenv.tasks.base import load_task, looks_like_file, read_qa_jsonl
 
     corpus_path: Path | None = None
     if corpus is not None:
         corpus_path = _corpus_path(corpus)
     if isinstance(task, str | os.PathLike) and Path(task).is_file():
         examples = read_qa_jsonl(task)
+    elif isinstance(task, str | os.PathLike) and looks_like_file(task):
+        raise FileNotFoundError(f"task file {task} not found")
     elif isinstance(task, str):
         t = load_task(task)
         examples = list(t.examples(split))
         if corpus_path is None:
             corpus_path = t.corpus_path
-    elif isinstance(task, os.PathLike):
-        raise FileNotFoundError(f"task file {task} does not exist")
     else:
         examples = list(task)
         bad = [type(e).__name__ for e in examples if not isinstance(e, QAExample)]

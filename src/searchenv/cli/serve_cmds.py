@@ -239,6 +239,9 @@ def eval_retrieval(
     ks = sorted(set(ks or [1, 5, 10]))
     if any(x < 1 for x in ks):
         raise typer.BadParameter("cut-offs must be positive", param_hint="--k")
+    if not qa.is_file():
+        typer.echo(f"error: --qa {qa}: file not found", err=True)
+        raise typer.Exit(2)
     try:
         examples = read_qa_jsonl(qa)
     except (OSError, CorpusFormatError) as exc:

@@ -127,10 +127,11 @@ def rows(
     ``reward_model.ground_truth.target``, the evidence ids and the id in ``extra_info``, and
     ``agent_name`` (see docs/engines.md). The file is written whole or not at all.
     """
+    from searchenv.cli import check_task_file
     from searchenv.tasks.base import load_task, read_qa_jsonl
     from searchenv.tasks.rows import task_rows, write_parquet
 
-    is_file = Path(task).suffix in (".jsonl", ".json") or Path(task).is_file()
+    is_file = check_task_file(task, exit_code=1)  # 1: an input error, as for a bad file below
     if is_file and split is not None:
         raise typer.BadParameter("a QA file is one split; --split applies to named tasks", param_hint="--split")
     try:

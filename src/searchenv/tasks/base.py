@@ -223,6 +223,19 @@ def write_qa_jsonl(path: str | os.PathLike[str], examples: Iterable[QAExample]) 
     atomic_write_lines(path, (json.dumps(e.to_flashrag(), ensure_ascii=False) for e in examples))
 
 
+def looks_like_file(task: str | os.PathLike[str]) -> bool:
+    """Whether ``task`` names a QA file rather than a registered task.
+
+    An existing file does, and so does a name that looks like a path (a folder part or a file
+    suffix, ``my/qa.jsnl``): registered task names have neither, so a mistyped file name is
+    reported as a missing file, not as an unknown task.
+    """
+    if isinstance(task, os.PathLike):
+        return True
+    path = Path(task)
+    return path.is_file() or bool(path.suffix) or "/" in task or os.sep in task
+
+
 def cache_dir() -> Path:
     """Where built tasks and indexes are cached: ``$SEARCHENV_CACHE`` or ``~/.cache/searchenv``."""
     root = os.environ.get("SEARCHENV_CACHE")

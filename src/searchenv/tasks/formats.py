@@ -290,7 +290,9 @@ def _hotpot_extra(
 def _twowiki_extra(
     record: dict[str, Any], where: str, context_ids: list[tuple[str, str]]
 ) -> tuple[tuple[SubQuestion, ...], int, dict[str, Any]]:
-    triples = record.get("evidences", [])
+    if "evidences" not in record:  # every 2WikiMultiHopQA record has them; a HotpotQA record has none
+        raise CorpusFormatError(f"{where}: missing field 'evidences'")
+    triples = record["evidences"]
     if not isinstance(triples, list):
         raise CorpusFormatError(f"{where}: field 'evidences' must be a list of [subject, relation, object]")
     subs = []

@@ -10,7 +10,6 @@ paragraphs, as a user downloads them.
 from __future__ import annotations
 
 import json
-import re
 import warnings
 from pathlib import Path
 
@@ -157,3 +156,63 @@ def test_results_json_says_split_file_for_a_file_task(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     [row] = json.loads((out / "results.json").read_text())["rows"]
     assert row["split"] == "file"
+
+
+# ------------------------------------------------------------------ 4. silent zeros on mismatched files
+def test_converted_passage_ids_are_prefixed_per_file(tmp_path: Path) -> None:
+    _, dev_corpus = _convert(tmp_path, "dev", HOTPOT_DEV)
+    _, train_corpus = _convert(tmp_path, "train", HOTPOT_TRAIN)
+    dev_ids = [d.id for d in read_corpus(dev_corpus)]
+    train_ids = [d.id for d in read_corpus(train_corpus)]
+    assert not set(dev_ids) & set(train_ids)  # an index of one file never answers with the other's ids
+    (tmp_path / "again").mkdir()
+    _, again = _convert(tmp_path / "again", "dev", HOTPOT_DEV)
+    assert [d.id for d in read_corpus(again)] == dev_ids  # the same file gives the same ids on every run
+
+
+def test_converted_questions_carry_the_fingerprint_of_their_corpus(tmp_path: Path) -> None:
+    from searchenv.retrievers.index_meta import read_meta
+
+    qa, corpus = _convert(tmp_path, "dev", HOTPOT_DEV)
+    index = _index(corpus, tmp_path / "idx")
+    fingerprints = {ex.metadata.get("corpus_fingerprint") for ex in read_qa_jsonl(qa)}
+    assert fingerprints == {corpus_fingerprint(read_corpus(corpus))} == {read_meta(index)["fingerprint"]}
+
+
+def _mismatched(tmp_path: Path) -> tuple[Path, Path, Path, Path]:
+    """Dev questions, the dev corpus, an index of the dev corpus and an index of the train corpus."""
+    dev_qa, dev_corpus = _convert(tmp_path, "dev", HOTPOT_DEV)
+    _, train_corpus = _convert(tmp_path, "train", HOTPOT_TRAIN)
+    return dev_qa, dev_corpus, _index(dev_corpus, tmp_path / "dev-idx"), _index(train_corpus, tmp_path / "train-idx")
+
+
+def test_eval_retrieval_warns_once_when_evidence_ids_are_not_in_the_index(tmp_path: Path) -> None:
+    dev_qa, dev_corpus, dev_idx, train_idx = _mismatched(tmp_path)
+    res = runner.invoke(get_app(), ["eval-retrieval", "--index", str(train_idx), "--qa", str(dev_qa), "--k", "1", "5"])
+    assert res.exit_code == 0, res.output
+    assert res.stderr.count("warning:") == 1, res.stderr
+    warning = " ".join(res.stderr.split())
+    assert "6 of the 6 gold evidence ids" in warning and "not in index" in warning and str(train_idx) in warning
+    assert corpus_fingerprint(read_corpus(dev_corpus)) in warning  # the corpus the questions belong to
+    res = runner.invoke(get_app(), ["eval-retrieval", "--index", str(dev_idx), "--qa", str(dev_qa), "--k", "1", "5"])
+    assert res.exit_code == 0 and "warning" not in res.stderr, res.stderr
+
+
+def test_eval_warns_once_when_the_oracle_cannot_find_the_evidence(tmp_path: Path) -> None:
+    dev_qa, _, _, train_idx = _mismatched(tmp_path)
+    res = runner.invoke(get_app(), ["eval", "--agent", "oracle", "--agent", "heuristic", "--task", str(dev_qa),
+                                    "--retriever", str(train_idx), "--n", "3"])
+    assert res.exit_code == 0, res.output
+    assert res.stderr.count("warning:") == 1, res.stderr
+    assert "not in index" in " ".join(res.stderr.split())
+
+
+def test_the_env_warns_when_its_questions_evidence_is_not_in_the_index(tmp_path: Path) -> None:
+    from searchenv.env import SearchQAEnv
+
+    dev_qa, _, dev_idx, train_idx = _mismatched(tmp_path)
+    with pytest.warns(DataWarning, match=r"not in index"):
+        SearchQAEnv(str(dev_qa), retriever=str(train_idx))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DataWarning)
+        SearchQAEnv(str(dev_qa), retriever=str(dev_idx))

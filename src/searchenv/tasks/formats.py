@@ -22,8 +22,11 @@ Supported formats (``FORMATS``):
 
 The ``hotpotqa``, ``musique`` and ``2wiki`` readers also read their dataset in FlashRAG's
 layout. Any file may be a JSON array or JSON lines. The context paragraphs of all records are
-pooled into one corpus (identical paragraphs shared), and each record's gold evidence is
-mapped to the ids of that corpus. A malformed record stops the read with a
+pooled into one corpus (identical paragraphs shared; ids ``<format>-<8 hex>-<n>``, the hex
+digits from the file's SHA-256, so two files never share an id), and each record's gold
+evidence is mapped to the ids of that corpus, with the corpus's fingerprint in its
+``metadata["corpus_fingerprint"]`` (checked where the questions meet an index:
+:func:`searchenv.retrievers.quality.evidence_warning`). A malformed record stops the read with a
 :class:`~searchenv.corpus.CorpusFormatError` naming the file, the line (JSON lines) or the
 record index (JSON arrays), and the field; nothing is returned from a partly bad file. JSON
 is read with :mod:`searchenv.jsonsafe`: invalid UTF-8, nesting deeper than 64 levels and
@@ -32,14 +35,15 @@ integers over 4,300 digits are such errors too.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from searchenv.corpus import CorpusFormatError, Document, write_corpus
+from searchenv.corpus import CorpusFormatError, Document, corpus_fingerprint, write_corpus
 from searchenv.jsonsafe import DEFAULT_MAX_DEPTH, iter_jsonl, loads
 from searchenv.tasks.base import QAExample, SubQuestion, example_from_flashrag, write_qa_jsonl
 
@@ -65,14 +69,20 @@ class Dataset:
 
 
 class _Pool:
-    """Context paragraphs pooled into a corpus; identical (title, text) pairs share an id."""
+    """Context paragraphs pooled into a corpus; identical (title, text) pairs share an id.
+
+    ``used`` says whether :meth:`add` was called since it was last set to False (whether a
+    record's evidence points into this pool).
+    """
 
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
         self.ids: dict[tuple[str, str], str] = {}
         self.documents: list[Document] = []
+        self.used = False
 
     def add(self, title: str, text: str) -> str:
+        self.used = True
         key = (title, text)
         if key not in self.ids:
             doc_id = f"{self.prefix}-{len(self.documents)}"
@@ -231,23 +241,53 @@ def numbered_id(fmt: str, index: int) -> str:
     return f"{fmt}-q{index}"
 
 
+def passage_prefix(fmt: str, path: str | os.PathLike[str]) -> str:
+    """The prefix of the passage ids pooled from the file ``path``: ``<format>-<8 hex>``.
+
+    The hex digits begin the SHA-256 of the file's bytes, so passages of different files never
+    share an id (an index of one file cannot answer with ids that name another file's passages)
+    and the same file gives the same ids on every read.
+    """
+    h = hashlib.sha256()
+    with Path(path).open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return f"{fmt}-{h.hexdigest()[:8]}"
+
+
+#: ``metadata`` key of a converted example: the fingerprint of the corpus its evidence ids name.
+FINGERPRINT_KEY = "corpus_fingerprint"
+
 Parser = Callable[[dict[str, Any], str, _Pool], QAExample]
 
 
 def _read_records(
     path: str | os.PathLike[str], fmt: str, parse: Parser, id_fields: tuple[str, ...] = ID_FIELDS
 ) -> Dataset:
-    """Parse every record of ``path`` with ``parse``, numbering records with none of ``id_fields``."""
-    pool = _Pool(fmt)
+    """Parse every record of ``path`` with ``parse``, numbering records with none of ``id_fields``.
+
+    Examples whose evidence points into the pooled paragraphs get the pool's
+    :func:`~searchenv.corpus.corpus_fingerprint` as ``metadata["corpus_fingerprint"]``.
+    """
+    pool = _Pool(passage_prefix(fmt, path))
     data = Dataset()
     seen: set[str] = set()
+    pooled: list[bool] = []
     for index, (where, raw) in enumerate(iter_records(path)):
         record = _obj(raw, where)
         if not any(k in record for k in id_fields):
             record = {**record, "id": numbered_id(fmt, index)}
             data.numbered += 1
+        pool.used = False
         _check_unique(data.examples, parse(record, where, pool), where, seen)
+        pooled.append(pool.used)
     data.documents = pool.documents
+    if data.documents:
+        fingerprint = corpus_fingerprint(data.documents)
+        data.examples = [
+            replace(ex, metadata={**ex.metadata, FINGERPRINT_KEY: fingerprint}) if from_pool else ex
+            for ex, from_pool in zip(data.examples, pooled, strict=True)
+        ]
     return data
 
 
@@ -539,7 +579,7 @@ def read_flashrag(path: str | os.PathLike[str]) -> Dataset:
     multi-hop sets, the dataset's own fields: HotpotQA's ``context`` and
     ``supporting_facts`` (with ``evidences``: 2WikiMultiHopQA) or MuSiQue's
     ``question_decomposition``, read as the ``hotpotqa``, ``2wiki`` and ``musique`` readers
-    do, their paragraphs pooled into ``documents`` (ids ``flashrag-<n>``).
+    do, their paragraphs pooled into ``documents`` (ids ``flashrag-<8 hex>-<n>``).
 
     Args:
         path: The QA file.

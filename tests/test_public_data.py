@@ -216,3 +216,30 @@ def test_the_env_warns_when_its_questions_evidence_is_not_in_the_index(tmp_path:
     with warnings.catch_warnings():
         warnings.simplefilter("error", DataWarning)
         SearchQAEnv(str(dev_qa), retriever=str(dev_idx))
+
+
+# ------------------------------------------------------------------ 5. an index of another corpus
+def test_an_index_of_another_corpus_says_which_and_is_not_offered_for_overwriting(tmp_path: Path) -> None:
+    dev_qa, dev_corpus, _, train_idx = _mismatched(tmp_path)
+    res = runner.invoke(get_app(), ["eval", "--agent", "oracle", "--task", str(dev_qa), "--corpus", str(dev_corpus),
+                                    "--retriever", str(train_idx), "--n", "1"])
+    assert res.exit_code == 2, res.output
+    text = " ".join(res.output.split())
+    assert str((tmp_path / "train" / "corpus.jsonl").resolve()) in text  # the corpus the index was built from
+    assert f"--out {train_idx}" not in text  # rebuilding it from the dev corpus would destroy the right index
+    assert f"searchenv index --corpus {dev_corpus}" in text and "NEW_FOLDER" in text
+
+
+def test_a_sharded_index_of_another_corpus_says_which(tmp_path: Path) -> None:
+    pytest.importorskip("faiss")
+    from searchenv.retrievers import StaleIndexError, build_index, open_index
+    from tests.test_dense import HashEncoder
+
+    _, dev_corpus = _convert(tmp_path, "dev", HOTPOT_DEV)
+    _, train_corpus = _convert(tmp_path, "train", HOTPOT_TRAIN)
+    folder = tmp_path / "sharded"
+    build_index("dense", train_corpus, folder, shards=2, encoder=HashEncoder(), show_progress=False)
+    with pytest.raises(StaleIndexError, match="belongs to another corpus") as err:
+        open_index(folder, corpus=dev_corpus, encoder=HashEncoder())
+    assert str(train_corpus.resolve()) in str(err.value) and f"--out {folder}" not in str(err.value)
+    assert "--out NEW_FOLDER --shards N" in str(err.value)

@@ -52,7 +52,7 @@ HOTPOT_DEV = [
         [("Ostrava Water", ["The Ostrava Water is a river.", " It is 210 kilometres long."]),
          ("Delmore", ["The Delmore is a river in the north.", " It is 640 kilometres long."])],
         [("Delmore Bridge", ["Delmore Bridge crosses a river near a mill."]),
-         ("Ostrava Water Company", ["The Ostrava Water Company supplies water to a river town."])],
+         ("Ostrava", ["Ostrava is a city in the east."])],
     ),
     _record(
         "5ae0185b55429942ec259c1b", "What instrument did the teacher of the composer Anselm Rook play?",
@@ -243,3 +243,48 @@ def test_a_sharded_index_of_another_corpus_says_which(tmp_path: Path) -> None:
         open_index(folder, corpus=dev_corpus, encoder=HashEncoder())
     assert str(train_corpus.resolve()) in str(err.value) and f"--out {folder}" not in str(err.value)
     assert "--out NEW_FOLDER --shards N" in str(err.value)
+
+
+# ------------------------------------------------------------------ 6. the oracle on HotpotQA-style data
+@pytest.mark.parametrize(("protocol", "searches"), [("search-r1", 2.0), ("multi-query", 1.0)])
+def test_the_oracle_searches_each_gold_title_and_finds_both(tmp_path: Path, protocol: str, searches: float) -> None:
+    qa, corpus = _convert(tmp_path, "dev", HOTPOT_DEV)
+    out = tmp_path / "run"
+    # One document per search: one search of the question can never bring both supporting paragraphs.
+    res = runner.invoke(get_app(), ["eval", "--agent", "oracle", "--task", str(qa), "--corpus", str(corpus),
+                                    "--top-k", "1", "--protocol", protocol, "--n", "3", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    [row] = json.loads((out / "results.json").read_text())["rows"]
+    assert (row["em"], row["evidence_recall"], row["searches"]) == (1.0, 1.0, searches)
+    episodes = [json.loads(line) for line in (out / row["transcripts"]).read_text().splitlines()]
+    for record, episode in zip(HOTPOT_DEV, episodes, strict=True):
+        searched = " ".join(m["content"] for m in episode["messages"] if m["role"] == "assistant")
+        for title, _ in record["supporting_facts"]:  # type: ignore[attr-defined]
+            assert f"{title}" in searched
+
+
+def test_sft_warns_when_it_keeps_under_half_of_its_demonstrations(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    from agents.trainers.sft import SFTConfig, load_demos
+
+    class Tokens:  # what load_demos asks of a policy
+        def chat_prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
+            return [1, 2]
+
+        def encode(self, text: str) -> list[int]:
+            return [3] * len(text.split())
+
+    def demos(ems: list[float]) -> str:
+        path = tmp_path / f"demos-{len(ems)}-{sum(ems)}.jsonl"
+        turn = [{"role": "system", "content": "s"}, {"role": "user", "content": "q"},
+                {"role": "assistant", "content": "<answer> a </answer>"}]
+        path.write_text("".join(json.dumps({"messages": turn, "metrics": {"em": em}}) + "\n" for em in ems))
+        return str(path)
+
+    cfg = SFTConfig(demos=demos([1.0, 0.0, 0.0, 0.0]), output_dir=str(tmp_path / "run"))
+    with pytest.warns(DataWarning, match=r"keeps 1 of 4 demonstrations"):
+        samples, stats = load_demos(cfg, Tokens())
+    assert len(samples) == 1 and stats["demos_kept"] == 1.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DataWarning)
+        load_demos(SFTConfig(demos=demos([1.0, 1.0, 0.0, 0.0]), output_dir=str(tmp_path / "run")), Tokens())

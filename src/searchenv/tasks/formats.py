@@ -195,20 +195,24 @@ def _check_unique(examples: list[QAExample], ex: QAExample, where: str, seen: se
     examples.append(ex)
 
 
-def _map_titles(titles: list[str], context_ids: list[tuple[str, str]]) -> tuple[list[str], list[str]]:
-    """Doc ids of the context paragraphs with these titles (first appearance order), and unmapped titles."""
+def _map_titles(
+    titles: list[str], context_ids: list[tuple[str, str]]
+) -> tuple[list[str], list[str], list[str]]:
+    """Doc ids of the context paragraphs with these titles (first appearance order), their titles, unmapped titles."""
     by_title: dict[str, str] = {}
     for title, doc_id in context_ids:
         by_title.setdefault(title, doc_id)
     ids: list[str] = []
+    mapped: list[str] = []
     missing: list[str] = []
     for t in titles:
         if t in by_title:
             if by_title[t] not in ids:
                 ids.append(by_title[t])
+                mapped.append(t)
         elif t not in missing:
             missing.append(t)
-    return ids, missing
+    return ids, mapped, missing
 
 
 def _native(record: dict[str, Any], where: str) -> tuple[dict[str, Any], str]:
@@ -376,9 +380,9 @@ def _hotpot_record(
         raise CorpusFormatError(f"{where}: field 'type' must be a string")
     context_ids = [(title, pool.add(title, text)) for title, text in _contexts(record, where, sentences_keys)]
     facts = _supporting_facts(record, where)
-    evidence, missing = _map_titles([t for t, _ in facts], context_ids)
+    evidence, titles, missing = _map_titles([t for t, _ in facts], context_ids)
     decomposition, hops, meta = extra(record, where, context_ids)
-    meta.update(source=source, supporting_facts=[[t, i] for t, i in facts])
+    meta.update(source=source, supporting_facts=[[t, i] for t, i in facts], evidence_titles=titles)
     if missing:
         meta["unmapped_supporting_titles"] = missing
     return QAExample(qid, question, (answer, *aliases), tuple(evidence), decomposition, qtype, hops, meta)

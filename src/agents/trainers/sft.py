@@ -19,7 +19,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -49,8 +49,13 @@ class SFTConfig(TrainConfig):
         default=True, metadata=_help("Keep only demonstrations whose final answer scored EM = 1.")
     )
     batch_size: int = field(default=8, metadata=_help("Sequences per optimizer step."))
-    learning_rate: float = field(default=2e-5, metadata=_help("Peak learning rate (AdamW)."))
+    learning_rate: float | None = field(
+        default=None, metadata=_help("Peak learning rate (AdamW); unset: 2e-5, or 5e-4 with lora=true.")
+    )
     steps: int = field(default=60, metadata=_help("Optimizer steps."))
+
+    default_learning_rate: ClassVar[float] = 2e-5
+    default_lora_learning_rate: ClassVar[float] = 5e-4
 
     def __post_init__(self) -> None:
         """Validate (see :class:`TrainConfig`)."""

@@ -288,3 +288,33 @@ def test_sft_warns_when_it_keeps_under_half_of_its_demonstrations(tmp_path: Path
     with warnings.catch_warnings():
         warnings.simplefilter("error", DataWarning)
         load_demos(SFTConfig(demos=demos([1.0, 1.0, 0.0, 0.0]), output_dir=str(tmp_path / "run")), Tokens())
+
+
+# ------------------------------------------------------------------ 7. train and held-out questions
+def test_split_a_converted_file_into_train_and_held_out_questions(tmp_path: Path) -> None:
+    qa, corpus = _convert(tmp_path, "all", HOTPOT_DEV + HOTPOT_TRAIN)
+    before = qa.read_bytes()
+    train, dev = tmp_path / "my" / "train.jsonl", tmp_path / "my" / "dev.jsonl"
+    args = ["split", str(qa), "--dev-fraction", "0.4", "--seed", "3", "--out-train", str(train), "--out-dev", str(dev)]
+    res = runner.invoke(get_app(), args)
+    assert res.exit_code == 0, res.output
+    assert "3 train" in res.output and "2 held-out" in res.output
+    ids = [ex.id for ex in read_qa_jsonl(qa)]
+    train_ids, dev_ids = [ex.id for ex in read_qa_jsonl(train)], [ex.id for ex in read_qa_jsonl(dev)]
+    assert len(dev_ids) == 2 and sorted(train_ids + dev_ids) == sorted(ids) and not set(train_ids) & set(dev_ids)
+    assert train_ids == [i for i in ids if i in train_ids] and dev_ids == [i for i in ids if i in dev_ids]  # file order
+    assert {ex.metadata["corpus_fingerprint"] for ex in read_qa_jsonl(dev)} == {
+        corpus_fingerprint(read_corpus(corpus))}  # the questions still name their corpus
+    first = (train.read_bytes(), dev.read_bytes())
+    assert runner.invoke(get_app(), args).exit_code == 0 and (train.read_bytes(), dev.read_bytes()) == first
+    other = runner.invoke(get_app(), [*args[:-4], "--seed", "4", "--out-train", str(tmp_path / "t4.jsonl"),
+                                      "--out-dev", str(tmp_path / "d4.jsonl")])
+    assert other.exit_code == 0, other.output
+    assert sorted(p.name for p in train.parent.iterdir()) == ["dev.jsonl", "train.jsonl"]  # no temporary files
+    # the input is never written over, and a split needs a question on each side
+    for bad, needle in ((["--out-train", str(qa), "--out-dev", str(dev)], "input"),
+                        (["--out-train", str(dev), "--out-dev", str(dev)], "same file"),
+                        (["--dev-fraction", "1", "--out-train", str(train), "--out-dev", str(dev)], "--dev-fraction")):
+        res = runner.invoke(get_app(), ["split", str(qa), *bad])
+        assert res.exit_code == 2 and needle in " ".join(res.output.split()), res.output
+    assert qa.read_bytes() == before

@@ -318,3 +318,19 @@ def test_split_a_converted_file_into_train_and_held_out_questions(tmp_path: Path
         res = runner.invoke(get_app(), ["split", str(qa), *bad])
         assert res.exit_code == 2 and needle in " ".join(res.output.split()), res.output
     assert qa.read_bytes() == before
+
+
+def test_the_oracle_reads_the_titles_of_files_converted_before_evidence_titles(tmp_path: Path) -> None:
+    from agents.policies.scripted import oracle_hops
+
+    qa, _ = _convert(tmp_path, "dev", HOTPOT_DEV)
+    older = []
+    for line in qa.read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        del record["metadata"]["evidence_titles"]  # what convert wrote before: supporting_facts only
+        older.append(json.dumps(record, ensure_ascii=False))
+    qa.write_text("\n".join(older) + "\n", encoding="utf-8")
+    for record, example in zip(HOTPOT_DEV, read_qa_jsonl(qa), strict=True):
+        hops = oracle_hops(example)
+        assert [h.question for h in hops] == [t for t, _ in record["supporting_facts"]]  # type: ignore[attr-defined]
+        assert [h.evidence_ids for h in hops] == [(e,) for e in example.evidence_ids]

@@ -242,3 +242,21 @@ def test_eval_runs_a_trained_model_from_its_run_folder_with_every_lora_phase(tmp
         (tmp_path / "bad").mkdir()
         (tmp_path / "bad" / "checkpoint.pt").write_bytes(b"not a checkpoint")
         load_trained_policy(tmp_path / "bad")
+
+
+def test_lora_gets_its_own_default_learning_rate() -> None:
+    from agents.trainers.grpo import GRPOConfig
+    from agents.trainers.ppo import PPOConfig
+    from agents.trainers.sft import SFTConfig
+
+    assert SFTConfig().learning_rate == 2e-5 and SFTConfig(lora=True).learning_rate == 5e-4
+    assert SFTConfig.load(None, ["lora=true"]).learning_rate == 5e-4
+    assert SFTConfig(lora=True, learning_rate=1e-3).learning_rate == 1e-3  # a rate set explicitly is kept
+    assert GRPOConfig().learning_rate == 1e-6 and GRPOConfig(lora=True).learning_rate == 1e-4
+    assert PPOConfig(lora=True).learning_rate == 1e-4
+    saved = SFTConfig(lora=True).to_dict()  # a run's config.json records the rate it trained with
+    assert saved["learning_rate"] == 5e-4 and SFTConfig.from_dict({**saved, "lora": False}).learning_rate == 5e-4
+    res = CliRunner().invoke(get_app(), ["train", "sft", "--set", "lora=true", "--dry-run"])
+    assert res.exit_code == 0 and json.loads(res.output)["learning_rate"] == 5e-4
+    res = CliRunner().invoke(get_app(), ["train", "sft", "--help"], env={"COLUMNS": "300"})
+    assert "5e-4 with lora=true" in " ".join(res.output.split())

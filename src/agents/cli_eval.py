@@ -110,6 +110,7 @@ def eval_command(
 
     from agents.evaluate import EvalResult, compare, rich_table, write_results
     from agents.policies.openai_compat import ModelServerError
+    from searchenv.cli import check_task_file, data_warnings_to_stderr
     from searchenv.corpus import CorpusFormatError
     from searchenv.retrievers import index_kinds
     from searchenv.retrievers.base import RetrieverError
@@ -120,7 +121,7 @@ def eval_command(
             f"unknown agent(s) {', '.join(unknown)}; known: {', '.join(AGENT_NAMES)}", param_hint="--agent"
         )
     err = Console(stderr=True)
-    task_is_file = Path(task).suffix in (".jsonl", ".json") or Path(task).is_file()
+    task_is_file = check_task_file(task)
     if task_is_file and split is not None:
         raise typer.BadParameter(
             "a QA file is one split; --split applies to named tasks (searchenv tasks lists them)", param_hint="--split"
@@ -177,25 +178,26 @@ def eval_command(
         )
 
     try:
-        results = compare(
-            agent,
-            retriever,
-            on_result=progress,
-            task=task,
-            split=split or "dev",
-            n=n,
-            corpus=corpus,
-            policy=policy,
-            protocol=protocol,
-            top_k=top_k,
-            max_turns=max_turns,
-            reward=reward,
-            batch_size=batch_size,
-            seed=seed,
-            max_new_tokens=max_new_tokens,
-            env_kwargs={k: v for k, v in (("refiner", refiner), ("max_doc_chars", max_doc_chars)) if v} or None,
-            device=device,
-        )
+        with data_warnings_to_stderr():
+            results = compare(
+                agent,
+                retriever,
+                on_result=progress,
+                task=task,
+                split=split or "dev",
+                n=n,
+                corpus=corpus,
+                policy=policy,
+                protocol=protocol,
+                top_k=top_k,
+                max_turns=max_turns,
+                reward=reward,
+                batch_size=batch_size,
+                seed=seed,
+                max_new_tokens=max_new_tokens,
+                env_kwargs={k: v for k, v in (("refiner", refiner), ("max_doc_chars", max_doc_chars)) if v} or None,
+                device=device,
+            )
     except (ValueError, FileNotFoundError, RetrieverError, ModelServerError) as exc:
         hint = ""
         if task_is_file and isinstance(exc, CorpusFormatError) and str(task) in str(exc):

@@ -73,10 +73,12 @@ def run_training(
         typer.echo(f"error: invalid {kind} config: {exc}", err=True)
         raise typer.Exit(2) from None
     from agents.trainers.checkpoints import CheckpointError
+    from searchenv.cli import data_warnings_to_stderr
     from searchenv.jsonsafe import JSONInputError
 
     try:
-        out = _train(kind, cfg, resume=resume, overwrite=overwrite)
+        with data_warnings_to_stderr():
+            out = _train(kind, cfg, resume=resume, overwrite=overwrite)
     except (CheckpointError, JSONInputError, FileExistsError, FileNotFoundError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

@@ -112,7 +112,7 @@ class EvalResult:
         agent: Agent name.
         retriever: Retriever name.
         task: Task name (or a label for a list of examples).
-        split: Split name.
+        split: Split name (``file`` for the questions of a QA file).
         row: The aggregated metrics (:func:`summarize`).
         episodes: Every episode, in question order.
         seconds: Wall-clock seconds of the run.
@@ -257,8 +257,10 @@ def evaluate(
         after = agent.policy.usage  # type: ignore[attr-defined]
         # requests, prompt/completion tokens as the server counted them, retries, request seconds
         config["model_usage"] = {k: round(after[k] - before.get(k, 0), 3) for k in after}
+    is_file = isinstance(task, str | os.PathLike) and Path(task).is_file()  # a QA file is one split: "file"
     return EvalResult(
-        agent.name, _label(retriever), task_label, split, summarize(episodes, seconds), episodes, seconds, config
+        agent.name, _label(retriever), task_label, "file" if is_file else split, summarize(episodes, seconds),
+        episodes, seconds, config,
     )
 
 

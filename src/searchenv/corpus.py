@@ -22,6 +22,14 @@ class CorpusFormatError(ValueError):
     """A corpus or QA file has a malformed record; the message names file, line and field."""
 
 
+class DataWarning(UserWarning):
+    """Data that runs but would not measure what the user expects (say, evidence ids an index lacks).
+
+    The command line prints each one once as ``warning: MESSAGE`` on stderr
+    (:func:`searchenv.cli.data_warnings_to_stderr`).
+    """
+
+
 @dataclass(frozen=True, slots=True)
 class Document:
     """A passage of the corpus.

@@ -191,6 +191,8 @@ class SearchQAEnv(gym.Env[str, str]):
         self.reward_fn: Reward = get_reward(reward)
         self.examples, corpus_path = _resolve_task(task, split, corpus)
         self.retriever: Retriever = _resolve_retriever(retriever, corpus_path)
+        if isinstance(task, str | os.PathLike):  # a QA file or a named task; engines hand over examples
+            _check_evidence(self.retriever, self.examples, task, retriever)
         self._by_id = {ex.id: i for i, ex in enumerate(self.examples)}
 
         per_query = top_k * (max_doc_chars + _MAX_TITLE_CHARS + 24) + self.protocol.max_query_chars + 32
@@ -689,20 +691,20 @@ def _bounded(text: str, limit: int) -> str:
 def _resolve_task(
     task: str | os.PathLike[str] | Sequence[QAExample], split: str, corpus: str | os.PathLike[str] | None
 ) -> tuple[list[QAExample], Path | None]:
-    from searchenv.tasks.base import load_task, read_qa_jsonl
+    from searchenv.tasks.base import load_task, looks_like_file, read_qa_jsonl
 
     corpus_path: Path | None = None
     if corpus is not None:
         corpus_path = _corpus_path(corpus)
     if isinstance(task, str | os.PathLike) and Path(task).is_file():
         examples = read_qa_jsonl(task)
+    elif isinstance(task, os.PathLike) or (isinstance(task, str) and looks_like_file(task)):
+        raise FileNotFoundError(f"task file {task} not found")
     elif isinstance(task, str):
         t = load_task(task)
         examples = list(t.examples(split))
         if corpus_path is None:
             corpus_path = t.corpus_path
-    elif isinstance(task, os.PathLike):
-        raise FileNotFoundError(f"task file {task} does not exist")
     else:
         examples = list(task)
         bad = [type(e).__name__ for e in examples if not isinstance(e, QAExample)]
@@ -711,6 +713,33 @@ def _resolve_task(
     if not examples:
         raise ValueError(f"task {task!r} has no examples in split {split!r}")
     return examples, corpus_path
+
+
+_EVIDENCE_CHECKED: set[tuple[object, ...]] = set()
+
+
+def _check_evidence(retriever: Retriever, examples: Sequence[QAExample], task: str | os.PathLike[str],
+                    spec: object) -> None:
+    """Warn once per process (a :class:`~searchenv.corpus.DataWarning`) if a QA file's evidence is not in the index.
+
+    See :func:`searchenv.retrievers.quality.evidence_warning`; named tasks bring their own corpus.
+    """
+    if not Path(task).is_file():
+        return
+    key = (os.path.abspath(task), os.stat(task).st_mtime_ns, type(retriever).__name__,
+           getattr(retriever, "fingerprint", None) or id(retriever))
+    if key in _EVIDENCE_CHECKED:
+        return
+    _EVIDENCE_CHECKED.add(key)
+    import warnings
+
+    from searchenv.corpus import DataWarning
+    from searchenv.retrievers.quality import evidence_warning
+
+    label = str(spec) if isinstance(spec, str | os.PathLike) else type(retriever).__name__
+    message = evidence_warning(retriever, examples, index=label, questions=str(task))
+    if message is not None:
+        warnings.warn(message, DataWarning, stacklevel=3)
 
 
 def _corpus_path(corpus: str | os.PathLike[str]) -> Path:

@@ -6,8 +6,13 @@ Both implement :class:`agents.reference.Agent` and run through :func:`agents.ref
 Oracle rule (the upper bound, and the source of cold-start SFT demonstrations):
 
 1. The hops are the example's gold decomposition (sub-questions with earlier intermediate
-   answers already filled in); an example without one is a single hop: the question itself,
-   its first gold answer and its gold evidence.
+   answers already filled in). An example without one whose metadata names the titles of its
+   gold evidence (``evidence_titles``, which ``searchenv convert`` writes for HotpotQA; or its
+   ``supporting_facts``) has one *lookup* hop per evidence document: the query is the title, and
+   the hop is reached when that document was retrieved. So on HotpotQA-style data the oracle
+   fetches every supporting paragraph, one search each, and is an upper bound on what a search
+   policy can retrieve. Any other example is a single hop: the question itself, its first gold
+   answer and its gold evidence.
 2. Turn ``t`` searches hop ``t``'s sub-question verbatim, after a ``<think>`` that states the
    previous hop's answer and what is needed next. Under a protocol with several queries per
    turn (``multi-query``) one turn searches consecutive hops together while none needs the
@@ -15,13 +20,15 @@ Oracle rule (the upper bound, and the source of cold-start SFT demonstrations):
 3. After each search, the hop counts as *reached* if at least one of its gold evidence
    documents has been retrieved so far in the episode (each of a hop's evidence documents
    states its fact on its own: :attr:`SubQuestion.evidence_ids`); a hop without evidence ids is
-   reached when its answer occurs, as whole words, in the retrieved text. An example without a
-   decomposition is one hop whose evidence is the example's whole evidence chain: all of it must
-   have been retrieved. The answer is the gold one only if every hop was reached.
+   reached when its answer occurs, as whole words, in the retrieved text. The single hop of an
+   example without a decomposition or evidence titles has the example's whole evidence chain as
+   its evidence: all of it must have been retrieved. The answer is the gold one only if every
+   hop was reached.
 4. When every hop is reached it answers the first gold answer. When a hop is not reached it
    stops and answers the last intermediate answer it did reach; if not even the first hop was
-   reached it answers ``unknown`` (:data:`ABSTAIN`). When only one turn of the budget is left it
-   answers in the same way with what it has reached so far.
+   reached (or the hops are lookups, which have no intermediate answers) it answers ``unknown``
+   (:data:`ABSTAIN`). When only one turn of the budget is left it answers in the same way with
+   what it has reached so far.
 
 Every oracle turn is a valid protocol turn ``<think> .. </think>`` followed by one
 ``<search> .. </search>`` or ``<answer> .. </answer>``.
@@ -55,8 +62,37 @@ ABSTAIN = "unknown"
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
+def evidence_titles(example: QAExample) -> tuple[str, ...] | None:
+    """The titles of the example's gold evidence documents, in ``evidence_ids`` order, where its metadata says.
+
+    Read from ``metadata["evidence_titles"]`` (written by ``searchenv convert`` for HotpotQA and
+    2WikiMultiHopQA), or for files converted before that from ``metadata["supporting_facts"]``
+    (the distinct supporting titles in order, less ``unmapped_supporting_titles``) when there
+    are as many as evidence ids.
+
+    Returns:
+        One non-empty title per evidence id, or None.
+    """
+    meta = example.metadata
+    titles = meta.get("evidence_titles")
+    if not isinstance(titles, list | tuple):
+        facts = meta.get("supporting_facts")
+        unmapped = meta.get("unmapped_supporting_titles") or ()
+        if not isinstance(facts, list) or not isinstance(unmapped, list | tuple):
+            return None
+        titles = list(dict.fromkeys(
+            f[0] for f in facts if isinstance(f, list | tuple) and f and isinstance(f[0], str) and f[0] not in unmapped
+        ))
+    if len(titles) != len(example.evidence_ids) or not all(isinstance(t, str) and t.strip() for t in titles):
+        return None
+    return tuple(titles)
+
+
 def oracle_hops(example: QAExample) -> tuple[SubQuestion, ...]:
-    """The hops the oracle follows: the gold decomposition, or the question as one hop.
+    """The hops the oracle follows: the gold decomposition, a lookup per gold evidence title, or the question.
+
+    A lookup hop's question is an evidence document's title, its evidence that document, and its
+    answer empty (:func:`is_lookup`).
 
     Args:
         example: The question.
@@ -66,7 +102,20 @@ def oracle_hops(example: QAExample) -> tuple[SubQuestion, ...]:
     """
     if example.decomposition:
         return example.decomposition
+    titles = evidence_titles(example) if example.evidence_ids else None
+    if titles is not None:
+        return tuple(SubQuestion(t, "", (e,)) for t, e in zip(titles, example.evidence_ids, strict=True))
     return (SubQuestion(example.question, example.answers[0], tuple(example.evidence_ids)),)
+
+
+def is_lookup(hop: SubQuestion) -> bool:
+    """Whether ``hop`` looks up a gold evidence title (:func:`oracle_hops`): it has no answer of its own."""
+    return not hop.answer
+
+
+def _reached_answer(hops: Sequence[SubQuestion], done: int) -> str:
+    """The intermediate answer of the last of the first ``done`` hops, or :data:`ABSTAIN` (none, or a lookup)."""
+    return hops[done - 1].answer if done >= 1 and not is_lookup(hops[done - 1]) else ABSTAIN
 
 
 def _clean(text: str) -> str:
@@ -179,35 +228,31 @@ class OracleAgent(_ScriptedAgent):
                                      "I read it in full.")
         for h in last:
             if not self._reached(hops[h], ep):
-                best = hops[h - 1].answer if h >= 1 else ABSTAIN
-                return answer_turn(
-                    ep,
-                    f'The information does not answer "{_clean(hops[h].question)}". '
-                    f"The furthest I got is: {_clean(best)}.",
-                    best,
-                    self._evidence(ep),
-                )
+                best = _reached_answer(hops, h)
+                missed = (f'The information has no document on "{_clean(hops[h].question)}".' if is_lookup(hops[h])
+                          else f'The information does not answer "{_clean(hops[h].question)}".')
+                return answer_turn(ep, f"{missed} The furthest I got is: {_clean(best)}.", best, self._evidence(ep))
         if searched >= len(hops):
             final, gold = hops[-1], ep.example.answers[0]
-            return answer_turn(
-                ep,
-                f'The information says the answer to "{_clean(final.question)}" is '
-                f"{_clean(final.answer)}. So the answer to the question is {_clean(gold)}.",
-                gold,
-                self._evidence(ep),
-            )
+            read = (f"I have read about {'; '.join(_clean(h.question) for h in hops)}." if is_lookup(final) else
+                    f'The information says the answer to "{_clean(final.question)}" is {_clean(final.answer)}.')
+            return answer_turn(ep, f"{read} So the answer to the question is {_clean(gold)}.", gold,
+                               self._evidence(ep))
         if ep.turns_left <= 1:
-            best = hops[searched - 1].answer if searched >= 1 else ABSTAIN  # reached, or answered above
+            best = _reached_answer(hops, searched)  # reached, or answered above
             return answer_turn(
                 ep, f"I have no turns left to search; the furthest I got is: {_clean(best)}.", best, self._evidence(ep)
             )
         wave = self._next_wave(hops, searched, ep.protocol.max_queries)
         nxt = hops[searched]
         need = "; and ".join(_clean(h.question) for h in wave)
-        if searched == 0:
+        if searched == 0 and is_lookup(nxt):
+            lead = f"To answer this I need to read about: {need}"
+        elif searched == 0:
             lead = f"To answer this I first need: {need}" if len(hops) > 1 else f"I need to look this up: {need}"
+        elif is_lookup(prev := hops[searched - 1]):
+            lead = f'I have found "{_clean(prev.question)}". Next I need to read about: {need}'
         else:
-            prev = hops[searched - 1]
             lead = (
                 f'The information says the answer to "{_clean(prev.question)}" is {_clean(prev.answer)}. '
                 f"Next I need: {need}"
@@ -227,7 +272,7 @@ class OracleAgent(_ScriptedAgent):
         """
         wave = [hops[start]]
         for h in hops[start + 1 :]:
-            if len(wave) >= max_queries or any(answer_in_text(h.question, [w.answer]) for w in wave):
+            if len(wave) >= max_queries or any(w.answer and answer_in_text(h.question, [w.answer]) for w in wave):
                 break
             wave.append(h)
         return wave

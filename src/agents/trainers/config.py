@@ -13,7 +13,7 @@ import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import tomllib
 
@@ -55,7 +55,9 @@ class TrainConfig:
         default=None, metadata=_help("Use only the first N examples of the split (None: all).")
     )
     steps: int = field(default=100, metadata=_help("Training steps (one batch of data per step)."))
-    learning_rate: float = field(default=1e-5, metadata=_help("Peak learning rate (AdamW)."))
+    learning_rate: float | None = field(
+        default=None, metadata=_help("Peak learning rate (AdamW); unset: 1e-5, or 1e-4 with lora=true.")
+    )
     weight_decay: float = field(default=0.0, metadata=_help("AdamW weight decay."))
     lr_schedule: str = field(default="constant", metadata=_help("constant | linear | cosine (after warmup)."))
     warmup_steps: int = field(default=0, metadata=_help("Linear warmup, in optimizer steps."))
@@ -95,12 +97,20 @@ class TrainConfig:
     progress: bool = field(default=True, metadata=_help("Show a progress bar."))
     threads: int | None = field(default=None, metadata=_help("torch CPU threads (None: leave as is)."))
 
+    #: ``learning_rate`` when none is set: for all weights, and for LoRA adapters (which need a rate
+    #: about ten times higher to learn in as many steps; benchmarks/learning.py measured SFT at 5e-4
+    #: and GRPO at 1e-4 with LoRA). Subclasses set their own.
+    default_learning_rate: ClassVar[float] = 1e-5
+    default_lora_learning_rate: ClassVar[float] = 1e-4
+
     def __post_init__(self) -> None:
-        """Validate shared fields.
+        """Fill an unset ``learning_rate`` from ``lora``, then validate shared fields.
 
         Raises:
             ValueError: Naming the bad field, its value and the reason.
         """
+        if self.learning_rate is None:
+            self.learning_rate = self.default_lora_learning_rate if self.lora else self.default_learning_rate
         _positive_int(self, "top_k", "max_turns", "max_doc_chars", "max_new_tokens", "steps", "micro_batch_size")
         _positive_int(self, "lora_r", "lora_alpha")
         _non_negative_int(self, "warmup_steps", "save_every", "log_every", "seed")
@@ -112,7 +122,7 @@ class TrainConfig:
         check_dtype_name(self.dtype)
         if not isinstance(self.temperature, int | float) or not 0.0 <= self.temperature <= 10.0:
             raise ValueError(f"temperature must be in [0, 10], got {self.temperature!r}")
-        if not _finite(self.learning_rate) or self.learning_rate <= 0:
+        if not _finite(self.learning_rate) or self.peak_learning_rate <= 0:
             raise ValueError(f"learning_rate must be a positive number, got {self.learning_rate!r}")
         if not _finite(self.weight_decay) or self.weight_decay < 0:
             raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay!r}")
@@ -130,6 +140,13 @@ class TrainConfig:
                     raise ValueError(f"reward weight for {k!r} must be a finite number, got {v!r}")
         elif not isinstance(self.reward, str):
             raise ValueError(f"reward must be a preset name or a dict of weights, got {self.reward!r}")
+
+    @property
+    def peak_learning_rate(self) -> float:
+        """``learning_rate`` as ``__post_init__`` filled it in (a float)."""
+        if self.learning_rate is None:  # only before __post_init__ has run
+            raise ValueError("learning_rate is not set")
+        return float(self.learning_rate)
 
     # ---- loading ---------------------------------------------------------------------------------
     @classmethod
@@ -191,10 +208,16 @@ class RLConfig(TrainConfig):
     aggregation: str = field(
         default="token", metadata=_help("Loss averaging: token (over all policy tokens) | sequence.")
     )
-    learning_rate: float = field(default=1e-6, metadata=_help("Peak learning rate of the policy (AdamW)."))
+    learning_rate: float | None = field(
+        default=None,
+        metadata=_help("Peak learning rate of the policy (AdamW); unset: 1e-6, or 1e-4 with lora=true."),
+    )
     init_from: str | None = field(
         default=None, metadata=_help("Start from this run folder's checkpoint (e.g. an SFT run).")
     )
+
+    default_learning_rate: ClassVar[float] = 1e-6
+    default_lora_learning_rate: ClassVar[float] = 1e-4
 
     @property
     def episodes_per_step(self) -> int:

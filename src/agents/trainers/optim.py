@@ -17,7 +17,7 @@ def make_optimizer(params: Sequence[torch.nn.Parameter], cfg: TrainConfig) -> to
     Not the fused kernel: on CPU it is about 10x faster per step but resumed runs were then not
     bit-identical to uninterrupted ones.
     """
-    return torch.optim.AdamW(list(params), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+    return torch.optim.AdamW(list(params), lr=cfg.peak_learning_rate, weight_decay=cfg.weight_decay)
 
 
 def load_optimizer_state(opt: torch.optim.Optimizer, state: Mapping[str, Any]) -> None:

@@ -160,7 +160,7 @@ def train_ppo(
     params = trainable_parameters(model)
     opt = torch.optim.AdamW(
         [
-            {"params": params, "lr": cfg.learning_rate, "weight_decay": cfg.weight_decay},
+            {"params": params, "lr": cfg.peak_learning_rate, "weight_decay": cfg.weight_decay},
             {"params": list(head.parameters()), "lr": cfg.value_learning_rate, "weight_decay": 0.0},
         ]
     )

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -32,6 +33,7 @@ from agents.trainers.metrics import MetricsLog, Timer, last_record, progress_bar
 from agents.trainers.models import init_policy, pad_token_id, trainable_parameters
 from agents.trainers.optim import make_optimizer, make_scheduler
 from agents.trainers.samples import Sample, forward_logprobs, micro_batches, pad_samples
+from searchenv.corpus import DataWarning
 from searchenv.jsonsafe import iter_jsonl
 
 
@@ -47,8 +49,13 @@ class SFTConfig(TrainConfig):
         default=True, metadata=_help("Keep only demonstrations whose final answer scored EM = 1.")
     )
     batch_size: int = field(default=8, metadata=_help("Sequences per optimizer step."))
-    learning_rate: float = field(default=2e-5, metadata=_help("Peak learning rate (AdamW)."))
+    learning_rate: float | None = field(
+        default=None, metadata=_help("Peak learning rate (AdamW); unset: 2e-5, or 5e-4 with lora=true.")
+    )
     steps: int = field(default=60, metadata=_help("Optimizer steps."))
+
+    default_learning_rate: ClassVar[float] = 2e-5
+    default_lora_learning_rate: ClassVar[float] = 5e-4
 
     def __post_init__(self) -> None:
         """Validate (see :class:`TrainConfig`)."""
@@ -126,7 +133,12 @@ def oracle_transcripts(cfg: TrainConfig, num: int, retriever: Any = None) -> lis
 
 
 def load_demos(cfg: SFTConfig, policy: Any, retriever: Any = None) -> tuple[list[Sample], dict[str, float]]:
-    """Build the demonstration samples and report how many were kept."""
+    """Build the demonstration samples and report how many were kept.
+
+    Fewer than half kept (``successful_only`` drops the demonstrations whose answer missed) is
+    warned about (:class:`~searchenv.corpus.DataWarning`): the run would learn a narrow slice of
+    the task, which ``demos_kept`` in the metrics alone does not make plain.
+    """
     if cfg.demos == "oracle":
         records = oracle_transcripts(cfg, cfg.num_demos, retriever)
     else:
@@ -138,6 +150,16 @@ def load_demos(cfg: SFTConfig, policy: Any, retriever: Any = None) -> tuple[list
     ]
     if not kept:
         raise ValueError(f"no demonstrations left out of {len(records)} (successful_only={cfg.successful_only})")
+    if 2 * len(kept) < len(records):
+        warnings.warn(
+            f"SFT keeps {len(kept)} of {len(records)} demonstrations ({len(kept) / len(records):.0%}): "
+            "successful_only drops those whose final answer did not score EM 1, so the model learns only the "
+            "questions the demonstrator solved; check the demonstrations (with the oracle: an index that lacks "
+            "the questions' evidence, or a turn budget shorter than their hops: max_turns, top_k), or set "
+            "successful_only=false",
+            DataWarning,
+            stacklevel=2,
+        )
     samples = [messages_to_sample(policy, r["messages"]) for r in kept]
     return samples, {"demos_total": float(len(records)), "demos_kept": float(len(kept))}
 

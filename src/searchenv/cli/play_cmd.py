@@ -7,31 +7,48 @@ from typing import Annotated
 
 import typer
 
+from searchenv.protocols import protocol_names
+
 
 def play(
     task: Annotated[str, typer.Option(help="Task name or FlashRAG QA JSONL file.")] = "synthetic-mixed",
     split: Annotated[str, typer.Option(help="Split of a named task.")] = "dev",
     corpus: Annotated[Path | None, typer.Option(help="Corpus file (default: the task's).")] = None,
-    retriever: Annotated[str, typer.Option(help="bm25, dense, or an index folder.")] = "bm25",
-    protocol: Annotated[str, typer.Option(help="search-r1 or multi-query.")] = "search-r1",
+    retriever: Annotated[
+        str, typer.Option(help="bm25, dense (built from the corpus), an index folder, or a server URL.")
+    ] = "bm25",
+    protocol: Annotated[str, typer.Option(help=f"Action protocol: {', '.join(protocol_names())}.")] = "search-r1",
     top_k: Annotated[int, typer.Option(min=1)] = 3,
     max_turns: Annotated[int, typer.Option(min=1)] = 4,
     reward: Annotated[str, typer.Option(help="Reward preset.")] = "default",
     seed: Annotated[int, typer.Option(help="Chooses the question.")] = 0,
 ) -> None:
     r"""Play one episode: type each turn on one line (write \n for a line break); Ctrl-D quits."""
+    from searchenv.cli import check_task_file, data_warnings_to_stderr
     from searchenv.env import SearchQAEnv
+    from searchenv.retrievers import RetrieverError, index_kinds
 
-    env = SearchQAEnv(
-        task,
-        corpus=corpus,
-        retriever=retriever,
-        protocol=protocol,
-        top_k=top_k,
-        max_turns=max_turns,
-        reward=reward,
-        split=split,
-    )
+    if check_task_file(task) and corpus is None and retriever in index_kinds():
+        raise typer.BadParameter(
+            f"--retriever {retriever} with a QA file needs the documents to index: add --corpus CORPUS.jsonl "
+            "(or give an index folder or a server URL as --retriever)",
+            param_hint="--corpus",
+        )
+    try:
+        with data_warnings_to_stderr():
+            env = SearchQAEnv(
+                task,
+                corpus=corpus,
+                retriever=retriever,
+                protocol=protocol,
+                top_k=top_k,
+                max_turns=max_turns,
+                reward=reward,
+                split=split,
+            )
+    except (ValueError, FileNotFoundError, RetrieverError) as exc:  # a CorpusFormatError is a ValueError
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(code=2) from None
     obs, _ = env.reset(seed=seed)
     typer.echo(obs)
     while True:

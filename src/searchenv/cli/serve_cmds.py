@@ -223,7 +223,7 @@ def eval_retrieval(
 
     from searchenv.corpus import CorpusFormatError
     from searchenv.retrievers import RetrieverError, open_index
-    from searchenv.retrievers.quality import evaluate_retrieval
+    from searchenv.retrievers.quality import evaluate_retrieval, evidence_warning
     from searchenv.retrievers.remote import is_server_url, remote_from_url
     from searchenv.tasks.base import read_qa_jsonl
 
@@ -239,6 +239,9 @@ def eval_retrieval(
     ks = sorted(set(ks or [1, 5, 10]))
     if any(x < 1 for x in ks):
         raise typer.BadParameter("cut-offs must be positive", param_hint="--k")
+    if not qa.is_file():
+        typer.echo(f"error: --qa {qa}: file not found", err=True)
+        raise typer.Exit(2)
     try:
         examples = read_qa_jsonl(qa)
     except (OSError, CorpusFormatError) as exc:
@@ -250,6 +253,9 @@ def eval_retrieval(
     for folder in indexes:
         try:
             retriever: Any = remote_from_url(folder) if is_server_url(folder) else open_index(folder, mmap=mmap)
+            warning = evidence_warning(retriever, examples, index=str(folder), questions=str(qa))
+            if warning is not None:
+                typer.echo(f"warning: {warning}", err=True)
             results.append(evaluate_retrieval(retriever, examples, ks, name=str(folder)))
             if refiner:
                 results.append(evaluate_retrieval(retriever, examples, ks, name=f"{folder} + {refiner}",

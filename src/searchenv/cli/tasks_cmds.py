@@ -1,4 +1,4 @@
-"""``searchenv tasks`` (list or build named tasks) and ``searchenv convert`` (QA formats to FlashRAG)."""
+"""``searchenv tasks`` (list or build named tasks), ``convert`` (QA formats to FlashRAG), ``split`` and ``rows``."""
 
 from __future__ import annotations
 
@@ -114,6 +114,44 @@ def convert(
     typer.echo(msg)
 
 
+def split(
+    src: Annotated[Path, typer.Argument(help="QA JSONL file (from searchenv convert).", exists=True, dir_okay=False)],
+    out_train: Annotated[Path, typer.Option("--out-train", help="Where to write the training questions.")],
+    out_dev: Annotated[Path, typer.Option("--out-dev", help="Where to write the held-out questions.")],
+    dev_fraction: Annotated[
+        float, typer.Option("--dev-fraction", help="Share of the questions held out (rounded to a whole number).")
+    ] = 0.2,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the draw: the same seed gives the same split.")] = 0,
+) -> None:
+    """Split a QA file into training and held-out questions (seeded, file order kept).
+
+    Train on one and evaluate on the other: questions seen in training say nothing about what was
+    learned. Each output is written atomically; the input is never written over.
+    """
+    from searchenv.corpus import CorpusFormatError
+    from searchenv.tasks.base import read_qa_jsonl, split_examples, write_qa_jsonl
+
+    if not 0 < dev_fraction < 1:
+        raise typer.BadParameter(f"must be between 0 and 1 (exclusive), got {dev_fraction}",
+                                 param_hint="--dev-fraction")
+    where = {"--out-train": out_train.resolve(), "--out-dev": out_dev.resolve()}
+    for flag, path in where.items():
+        if path == src.resolve():
+            raise typer.BadParameter(f"{path} is the input file; it is never written over", param_hint=flag)
+    if where["--out-train"] == where["--out-dev"]:
+        raise typer.BadParameter(f"--out-train and --out-dev are the same file {out_dev}", param_hint="--out-dev")
+    try:
+        examples = read_qa_jsonl(src)
+        train, dev = split_examples(examples, dev_fraction, seed)
+        write_qa_jsonl(out_dev, dev)
+        write_qa_jsonl(out_train, train)
+    except (CorpusFormatError, ValueError, OSError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(code=1) from None
+    typer.echo(f"wrote {len(train)} train questions to {out_train} and {len(dev)} held-out questions to {out_dev} "
+               f"(seed {seed})")
+
+
 def rows(
     task: Annotated[str, typer.Option("--task", "-t", help="Task name or QA JSONL file (from searchenv convert).")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Parquet file to write (e.g. data/train.parquet).")],
@@ -127,10 +165,11 @@ def rows(
     ``reward_model.ground_truth.target``, the evidence ids and the id in ``extra_info``, and
     ``agent_name`` (see docs/engines.md). The file is written whole or not at all.
     """
+    from searchenv.cli import check_task_file
     from searchenv.tasks.base import load_task, read_qa_jsonl
     from searchenv.tasks.rows import task_rows, write_parquet
 
-    is_file = Path(task).suffix in (".jsonl", ".json") or Path(task).is_file()
+    is_file = check_task_file(task, exit_code=1)  # 1: an input error, as for a bad file below
     if is_file and split is not None:
         raise typer.BadParameter("a QA file is one split; --split applies to named tasks", param_hint="--split")
     try:
@@ -146,7 +185,8 @@ def rows(
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``tasks``, ``convert`` and ``rows`` to the ``searchenv`` command."""
+    """Add ``tasks``, ``convert``, ``split`` and ``rows`` to the ``searchenv`` command."""
     app.command("tasks")(tasks)
     app.command("convert")(convert)
+    app.command("split")(split)
     app.command("rows")(rows)

@@ -18,6 +18,7 @@ from searchenv.retrievers.base import Hit, Retriever, RetrieverError, check_k
 from searchenv.retrievers.index_meta import (
     IndexIntegrityError,
     StaleIndexError,
+    another_corpus,
     check_fresh,
     file_sha256,
     index_lock,
@@ -94,7 +95,12 @@ def open_index(
     from searchenv.retrievers.sharded import ShardedRetriever, is_sharded, read_shards
 
     if is_sharded(folder):
-        if corpus is not None and read_shards(folder).get("source_sha256") != file_sha256(corpus):
+        shards = read_shards(folder)
+        if corpus is not None and shards.get("source_sha256") != file_sha256(corpus):
+            source = shards.get("source_path")
+            if isinstance(source, str) and source and Path(source).resolve() != Path(corpus).resolve():
+                raise StaleIndexError(another_corpus(folder, shards.get("shard_kind"), source,
+                                                     shards.get("fingerprint"), corpus, options=" --shards N"))
             raise StaleIndexError(f"sharded index {folder} was not built from {corpus}; rebuild it with "
                                   f"searchenv index --corpus {corpus} --out {folder} --shards N")
         return ShardedRetriever.load(folder, mmap=mmap, verify=verify, **options)

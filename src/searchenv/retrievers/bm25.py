@@ -236,6 +236,10 @@ class BM25Retriever:
     def __len__(self) -> int:
         return len(self._docs)
 
+    def doc_ids(self) -> list[str]:
+        """The ids of the indexed documents, in row order (read once, then cached)."""
+        return self._docs.ids()
+
     def scores(self, query: str) -> np.ndarray:
         """BM25 score of every document for ``query``."""
         ids = [self._vocab[t] for t in tokenize(query, self.stemmer) if t in self._vocab]
@@ -314,6 +318,13 @@ class RankBM25Retriever:
             raise ValueError("cannot build a BM25 index over an empty corpus")
         self._docs = list(documents)
         self._model = BM25Okapi([tokenize(d.contents) for d in self._docs], k1=k1, b=b, epsilon=epsilon)
+
+    def __len__(self) -> int:
+        return len(self._docs)
+
+    def doc_ids(self) -> list[str]:
+        """The ids of the indexed documents, in order."""
+        return [d.id for d in self._docs]
 
     def scores(self, query: str) -> np.ndarray:
         """BM25 score of every document for ``query``."""

@@ -130,6 +130,11 @@ class CachedRetriever:
         inner = self.inner
         return len(inner) if isinstance(inner, Sized) else 0
 
+    def doc_ids(self) -> list[str] | None:
+        """The wrapped retriever's document ids (None if it cannot list them)."""
+        inner = self.inner
+        return inner.doc_ids() if callable(getattr(inner, "doc_ids", None)) else None  # type: ignore[union-attr]
+
     @property
     def fingerprint(self) -> str:
         """The wrapped retriever's fingerprint (empty when unknown)."""

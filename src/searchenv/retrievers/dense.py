@@ -725,6 +725,11 @@ class DenseRetriever:
     def __len__(self) -> int:
         return len(self._docs)
 
+    def doc_ids(self) -> list[str]:
+        """The ids of the indexed documents, in row order."""
+        docs = self._docs
+        return docs.ids() if isinstance(docs, DocStore) else [d.id for d in docs]
+
     @property
     def encoder(self) -> EncoderLike:
         """The query encoder, loaded on first use.

@@ -117,6 +117,16 @@ class HybridRetriever:
     def __len__(self) -> int:
         return max((len(r) for r in self.retrievers if hasattr(r, "__len__")), default=0)  # type: ignore[arg-type]
 
+    def doc_ids(self) -> list[str] | None:
+        """The ids any fused retriever can return (None if one cannot list them)."""
+        out: dict[str, None] = {}
+        for r in self.retrievers:
+            ids = r.doc_ids() if callable(getattr(r, "doc_ids", None)) else None  # type: ignore[attr-defined]
+            if ids is None:
+                return None
+            out.update(dict.fromkeys(ids))
+        return list(out)
+
     @property
     def fingerprint(self) -> str:
         """The sub-retrievers' fingerprints joined with ``+`` (empty parts for unknown ones)."""

@@ -306,6 +306,22 @@ def data_folder(folder: str | os.PathLike[str]) -> Path:
     return Path(folder) / read_meta(folder)["data"]
 
 
+def another_corpus(folder: str | os.PathLike[str], kind: object, source: str, held: object,
+                   corpus_path: str | os.PathLike[str], actual: str | None = None, options: str = "") -> str:
+    """The message for an index used with a corpus other than the one it was built from.
+
+    It names the index's corpus and says to use the index with it, or to build an index of
+    ``corpus_path`` in a new folder: rebuilding this folder from ``corpus_path`` would replace a
+    sound index of another corpus. ``options`` end the suggested command (``--shards N``).
+    """
+    this = f"{corpus_path} (fingerprint {actual})" if actual else str(corpus_path)
+    return (
+        f"index {folder} belongs to another corpus: it was built from {source} (fingerprint {held}), "
+        f"not from {this}; use it with that corpus, or build an index of {corpus_path} in a new folder: "
+        f"`searchenv index --corpus {corpus_path} --retriever {kind or 'KIND'} --out NEW_FOLDER{options}`"
+    )
+
+
 def check_fresh(folder: str | os.PathLike[str], corpus_path: str | os.PathLike[str]) -> None:
     """Refuse an index that was not built from ``corpus_path``'s documents.
 
@@ -313,7 +329,11 @@ def check_fresh(folder: str | os.PathLike[str], corpus_path: str | os.PathLike[s
     fingerprinted, so a reformatted file with the same documents is accepted.
 
     Raises:
-        StaleIndexError: Naming both fingerprints and how to rebuild.
+        StaleIndexError: Naming both fingerprints and what to do: an index built from another
+            corpus file belongs to that corpus (the message names it, and says to use it with that
+            corpus or to build an index of ``corpus_path`` in a new folder, never over this one);
+            an index built from this file before it changed is stale (the message gives the
+            rebuild command).
     """
     from searchenv.corpus import corpus_fingerprint, iter_corpus
 
@@ -321,10 +341,15 @@ def check_fresh(folder: str | os.PathLike[str], corpus_path: str | os.PathLike[s
     if meta.get("source_sha256") and meta["source_sha256"] == file_sha256(corpus_path):
         return
     actual = corpus_fingerprint(iter_corpus(corpus_path))
-    if actual != meta.get("fingerprint"):
-        raise StaleIndexError(
-            f"index {folder} is stale: it was built from a corpus with fingerprint "
-            f"{meta.get('fingerprint')}, "
-            f"but {corpus_path} has fingerprint {actual}; rebuild it with "
-            f"`searchenv index --corpus {corpus_path} --retriever {meta.get('kind')} --out {folder}`"
-        )
+    if actual == meta.get("fingerprint"):
+        return
+    source = meta.get("source_path")
+    if isinstance(source, str) and source and Path(source).resolve() != Path(corpus_path).resolve():
+        raise StaleIndexError(another_corpus(folder, meta.get("kind"), source, meta.get("fingerprint"),
+                                             corpus_path, actual))
+    raise StaleIndexError(
+        f"index {folder} is stale: it was built from a corpus with fingerprint "
+        f"{meta.get('fingerprint')}, "
+        f"but {corpus_path} has fingerprint {actual}; rebuild it with "
+        f"`searchenv index --corpus {corpus_path} --retriever {meta.get('kind')} --out {folder}`"
+    )

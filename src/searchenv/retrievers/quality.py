@@ -18,6 +18,8 @@ rate of what is left.
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -136,4 +138,106 @@ def evaluate_retrieval(
         all_evidence={k: all_sum[k] / n_evidence if n_evidence else None for k in cutoffs},
         answer_in_docs={k: answer_sum[k] / n if n else 0.0 for k in cutoffs},
         chars_read={k: chars_sum[k] / n if n else 0.0 for k in cutoffs},
+    )
+
+
+#: An index of up to this many documents has its ids read to check questions' evidence against.
+MAX_IDS_CHECKED = 2_000_000
+_CORPUS_FINGERPRINT = re.compile(r"[0-9a-f]{32}")  # searchenv.corpus.corpus_fingerprint
+
+
+def _gold_ids(example: QAExample) -> list[str]:
+    """The example's evidence ids and its decomposition steps', in order, each once."""
+    ids = dict.fromkeys(example.evidence_ids)
+    for step in example.decomposition:
+        ids.update(dict.fromkeys(step.evidence_ids))
+    return list(ids)
+
+
+def index_doc_ids(retriever: Any) -> set[str] | None:
+    """The ids of the documents ``retriever`` can return, where it can list them cheaply.
+
+    A local index lists them (``doc_ids()``) when it holds at most :data:`MAX_IDS_CHECKED`
+    documents; a server, a custom retriever or a larger index gives ``None``.
+    """
+    list_ids = getattr(retriever, "doc_ids", None)
+    if not callable(list_ids):
+        return None
+    try:
+        if len(retriever) > MAX_IDS_CHECKED:
+            return None
+    except TypeError:
+        return None
+    ids = list_ids()
+    return set(ids) if ids is not None else None
+
+
+def _source_path(index: str) -> str | None:
+    """The corpus file an index folder was built from, as its metadata records it (None if unknown)."""
+    from searchenv.retrievers.base import RetrieverError
+    from searchenv.retrievers.index_meta import read_meta
+
+    try:
+        source = read_meta(index).get("source_path") if index and os.path.isdir(index) else None
+    except (RetrieverError, OSError):
+        return None
+    return source if isinstance(source, str) and source else None
+
+
+def evidence_warning(
+    retriever: Any, examples: Sequence[QAExample], *, index: str = "", questions: str = "the questions"
+) -> str | None:
+    """Why evidence recall (and the oracle) on these questions and this index would read 0, or None.
+
+    Gold evidence ids that the index does not hold are never retrieved: recall counts them as
+    misses and the oracle cannot find them, and nothing else says so. The check:
+
+    1. Questions converted by ``searchenv convert`` carry the fingerprint of the corpus their
+       evidence ids name (``metadata["corpus_fingerprint"]``); an index built from that corpus
+       has the same fingerprint: nothing to say.
+    2. Otherwise, where the index lists its document ids (:func:`index_doc_ids`), the gold ids
+       it lacks are counted (an index over a larger corpus that holds them all is fine).
+    3. Where it cannot list them, differing fingerprints alone are reported.
+
+    Args:
+        retriever: The retriever (an index, a server client, ...).
+        examples: The questions.
+        index: How to name the index in the message (its folder).
+        questions: How to name the questions (their file).
+
+    Returns:
+        One message naming the index, the questions, how many ids are missing, the corpora's
+        fingerprints where known and what to do; None if nothing is wrong or nothing can be checked.
+    """
+    wanted = list(dict.fromkeys(e for ex in examples for e in _gold_ids(ex)))
+    if not wanted:
+        return None
+    converted = sorted({fp for ex in examples if isinstance(fp := ex.metadata.get("corpus_fingerprint"), str)})
+    held = getattr(retriever, "fingerprint", None)
+    held = held if isinstance(held, str) and _CORPUS_FINGERPRINT.fullmatch(held) else None
+    if held is not None and converted == [held]:
+        return None
+    name = f"index {index}" if index else "the index"
+    origin = ""
+    if converted and held is not None:
+        source = _source_path(index)
+        origin = (f"; the questions were converted with a corpus of fingerprint {', '.join(converted)}, "
+                  f"{name} was built from {source or 'a corpus'} (fingerprint {held})")
+    advice = ("search an index of the corpus the questions were converted with (searchenv index --corpus "
+              "THAT_CORPUS --out NEW_FOLDER)" if converted else
+              "give the questions' evidence_ids in the ids of the corpus this index was built from")
+    ids = index_doc_ids(retriever)
+    if ids is None:
+        if not origin:
+            return None
+        return (f"{questions} may name passages that {name} lacks{origin}: evidence recall and the oracle "
+                f"may read 0; {advice}")
+    missing = [e for e in wanted if e not in ids]
+    if not missing:
+        return None
+    n_questions = sum(1 for ex in examples if any(e not in ids for e in _gold_ids(ex)))
+    return (
+        f"{len(missing)} of the {len(wanted)} gold evidence ids of {questions} ({n_questions} of "
+        f"{len(examples)} questions) are not in {name} (e.g. {missing[0]!r}): evidence recall counts them as "
+        f"never retrieved and the oracle cannot find them{origin}; {advice}"
     )

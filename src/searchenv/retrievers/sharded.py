@@ -109,6 +109,16 @@ class ShardedRetriever:
         sizes: list[int] = [len(s) for s in self.shards]  # type: ignore[arg-type]
         return sum(sizes)
 
+    def doc_ids(self) -> list[str] | None:
+        """The ids of every shard's documents, shard by shard (None if a shard cannot list them)."""
+        out: list[str] = []
+        for shard in self.shards:
+            ids = shard.doc_ids() if callable(getattr(shard, "doc_ids", None)) else None  # type: ignore[attr-defined]
+            if ids is None:
+                return None
+            out.extend(ids)
+        return out
+
     def close(self) -> None:
         """Stop the worker threads (and close shards that can be closed)."""
         with self._pool_lock:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -221,6 +222,50 @@ def write_qa_jsonl(path: str | os.PathLike[str], examples: Iterable[QAExample]) 
         examples: The examples.
     """
     atomic_write_lines(path, (json.dumps(e.to_flashrag(), ensure_ascii=False) for e in examples))
+
+
+def split_examples(
+    examples: Sequence[QAExample], dev_fraction: float, seed: int
+) -> tuple[list[QAExample], list[QAExample]]:
+    """Split questions into training and held-out ones, at random but the same for the same seed.
+
+    ``round(len(examples) * dev_fraction)`` questions, drawn by a generator seeded with ``seed``
+    (never the global one), are held out; both parts keep the examples' order.
+
+    Args:
+        examples: The questions.
+        dev_fraction: Share held out, in (0, 1).
+        seed: Seed of the draw.
+
+    Returns:
+        ``(train, dev)``.
+
+    Raises:
+        ValueError: If ``dev_fraction`` is not in (0, 1), or either part would be empty.
+    """
+    if isinstance(dev_fraction, bool) or not isinstance(dev_fraction, int | float) or not 0 < dev_fraction < 1:
+        raise ValueError(f"dev_fraction must be between 0 and 1 (exclusive), got {dev_fraction!r}")
+    n = len(examples)
+    n_dev = round(n * dev_fraction)
+    if not 1 <= n_dev <= n - 1:
+        raise ValueError(
+            f"{n} question(s) with dev_fraction {dev_fraction} leave no question on one side (held out: {n_dev})"
+        )
+    held = set(random.Random(seed).sample(range(n), n_dev))
+    return [ex for i, ex in enumerate(examples) if i not in held], [ex for i, ex in enumerate(examples) if i in held]
+
+
+def looks_like_file(task: str | os.PathLike[str]) -> bool:
+    """Whether ``task`` names a QA file rather than a registered task.
+
+    An existing file does, and so does a name that looks like a path (a folder part or a file
+    suffix, ``my/qa.jsnl``): registered task names have neither, so a mistyped file name is
+    reported as a missing file, not as an unknown task.
+    """
+    if isinstance(task, os.PathLike):
+        return True
+    path = Path(task)
+    return path.is_file() or bool(path.suffix) or "/" in task or os.sep in task
 
 
 def cache_dir() -> Path:

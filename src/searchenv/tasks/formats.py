@@ -22,8 +22,11 @@ Supported formats (``FORMATS``):
 
 The ``hotpotqa``, ``musique`` and ``2wiki`` readers also read their dataset in FlashRAG's
 layout. Any file may be a JSON array or JSON lines. The context paragraphs of all records are
-pooled into one corpus (identical paragraphs shared), and each record's gold evidence is
-mapped to the ids of that corpus. A malformed record stops the read with a
+pooled into one corpus (identical paragraphs shared; ids ``<format>-<8 hex>-<n>``, the hex
+digits from the file's SHA-256, so two files never share an id), and each record's gold
+evidence is mapped to the ids of that corpus, with the corpus's fingerprint in its
+``metadata["corpus_fingerprint"]`` (checked where the questions meet an index:
+:func:`searchenv.retrievers.quality.evidence_warning`). A malformed record stops the read with a
 :class:`~searchenv.corpus.CorpusFormatError` naming the file, the line (JSON lines) or the
 record index (JSON arrays), and the field; nothing is returned from a partly bad file. JSON
 is read with :mod:`searchenv.jsonsafe`: invalid UTF-8, nesting deeper than 64 levels and
@@ -32,14 +35,15 @@ integers over 4,300 digits are such errors too.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from searchenv.corpus import CorpusFormatError, Document, write_corpus
+from searchenv.corpus import CorpusFormatError, Document, corpus_fingerprint, write_corpus
 from searchenv.jsonsafe import DEFAULT_MAX_DEPTH, iter_jsonl, loads
 from searchenv.tasks.base import QAExample, SubQuestion, example_from_flashrag, write_qa_jsonl
 
@@ -65,14 +69,20 @@ class Dataset:
 
 
 class _Pool:
-    """Context paragraphs pooled into a corpus; identical (title, text) pairs share an id."""
+    """Context paragraphs pooled into a corpus; identical (title, text) pairs share an id.
+
+    ``used`` says whether :meth:`add` was called since it was last set to False (whether a
+    record's evidence points into this pool).
+    """
 
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
         self.ids: dict[tuple[str, str], str] = {}
         self.documents: list[Document] = []
+        self.used = False
 
     def add(self, title: str, text: str) -> str:
+        self.used = True
         key = (title, text)
         if key not in self.ids:
             doc_id = f"{self.prefix}-{len(self.documents)}"
@@ -185,20 +195,24 @@ def _check_unique(examples: list[QAExample], ex: QAExample, where: str, seen: se
     examples.append(ex)
 
 
-def _map_titles(titles: list[str], context_ids: list[tuple[str, str]]) -> tuple[list[str], list[str]]:
-    """Doc ids of the context paragraphs with these titles (first appearance order), and unmapped titles."""
+def _map_titles(
+    titles: list[str], context_ids: list[tuple[str, str]]
+) -> tuple[list[str], list[str], list[str]]:
+    """Doc ids of the context paragraphs with these titles (first appearance order), their titles, unmapped titles."""
     by_title: dict[str, str] = {}
     for title, doc_id in context_ids:
         by_title.setdefault(title, doc_id)
     ids: list[str] = []
+    mapped: list[str] = []
     missing: list[str] = []
     for t in titles:
         if t in by_title:
             if by_title[t] not in ids:
                 ids.append(by_title[t])
+                mapped.append(t)
         elif t not in missing:
             missing.append(t)
-    return ids, missing
+    return ids, mapped, missing
 
 
 def _native(record: dict[str, Any], where: str) -> tuple[dict[str, Any], str]:
@@ -231,23 +245,53 @@ def numbered_id(fmt: str, index: int) -> str:
     return f"{fmt}-q{index}"
 
 
+def passage_prefix(fmt: str, path: str | os.PathLike[str]) -> str:
+    """The prefix of the passage ids pooled from the file ``path``: ``<format>-<8 hex>``.
+
+    The hex digits begin the SHA-256 of the file's bytes, so passages of different files never
+    share an id (an index of one file cannot answer with ids that name another file's passages)
+    and the same file gives the same ids on every read.
+    """
+    h = hashlib.sha256()
+    with Path(path).open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return f"{fmt}-{h.hexdigest()[:8]}"
+
+
+#: ``metadata`` key of a converted example: the fingerprint of the corpus its evidence ids name.
+FINGERPRINT_KEY = "corpus_fingerprint"
+
 Parser = Callable[[dict[str, Any], str, _Pool], QAExample]
 
 
 def _read_records(
     path: str | os.PathLike[str], fmt: str, parse: Parser, id_fields: tuple[str, ...] = ID_FIELDS
 ) -> Dataset:
-    """Parse every record of ``path`` with ``parse``, numbering records with none of ``id_fields``."""
-    pool = _Pool(fmt)
+    """Parse every record of ``path`` with ``parse``, numbering records with none of ``id_fields``.
+
+    Examples whose evidence points into the pooled paragraphs get the pool's
+    :func:`~searchenv.corpus.corpus_fingerprint` as ``metadata["corpus_fingerprint"]``.
+    """
+    pool = _Pool(passage_prefix(fmt, path))
     data = Dataset()
     seen: set[str] = set()
+    pooled: list[bool] = []
     for index, (where, raw) in enumerate(iter_records(path)):
         record = _obj(raw, where)
         if not any(k in record for k in id_fields):
             record = {**record, "id": numbered_id(fmt, index)}
             data.numbered += 1
+        pool.used = False
         _check_unique(data.examples, parse(record, where, pool), where, seen)
+        pooled.append(pool.used)
     data.documents = pool.documents
+    if data.documents:
+        fingerprint = corpus_fingerprint(data.documents)
+        data.examples = [
+            replace(ex, metadata={**ex.metadata, FINGERPRINT_KEY: fingerprint}) if from_pool else ex
+            for ex, from_pool in zip(data.examples, pooled, strict=True)
+        ]
     return data
 
 
@@ -290,7 +334,9 @@ def _hotpot_extra(
 def _twowiki_extra(
     record: dict[str, Any], where: str, context_ids: list[tuple[str, str]]
 ) -> tuple[tuple[SubQuestion, ...], int, dict[str, Any]]:
-    triples = record.get("evidences", [])
+    if "evidences" not in record:  # every 2WikiMultiHopQA record has them; a HotpotQA record has none
+        raise CorpusFormatError(f"{where}: missing field 'evidences'")
+    triples = record["evidences"]
     if not isinstance(triples, list):
         raise CorpusFormatError(f"{where}: field 'evidences' must be a list of [subject, relation, object]")
     subs = []
@@ -334,9 +380,9 @@ def _hotpot_record(
         raise CorpusFormatError(f"{where}: field 'type' must be a string")
     context_ids = [(title, pool.add(title, text)) for title, text in _contexts(record, where, sentences_keys)]
     facts = _supporting_facts(record, where)
-    evidence, missing = _map_titles([t for t, _ in facts], context_ids)
+    evidence, titles, missing = _map_titles([t for t, _ in facts], context_ids)
     decomposition, hops, meta = extra(record, where, context_ids)
-    meta.update(source=source, supporting_facts=[[t, i] for t, i in facts])
+    meta.update(source=source, supporting_facts=[[t, i] for t, i in facts], evidence_titles=titles)
     if missing:
         meta["unmapped_supporting_titles"] = missing
     return QAExample(qid, question, (answer, *aliases), tuple(evidence), decomposition, qtype, hops, meta)
@@ -537,7 +583,7 @@ def read_flashrag(path: str | os.PathLike[str]) -> Dataset:
     multi-hop sets, the dataset's own fields: HotpotQA's ``context`` and
     ``supporting_facts`` (with ``evidences``: 2WikiMultiHopQA) or MuSiQue's
     ``question_decomposition``, read as the ``hotpotqa``, ``2wiki`` and ``musique`` readers
-    do, their paragraphs pooled into ``documents`` (ids ``flashrag-<n>``).
+    do, their paragraphs pooled into ``documents`` (ids ``flashrag-<8 hex>-<n>``).
 
     Args:
         path: The QA file.

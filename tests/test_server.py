@@ -259,6 +259,23 @@ def test_different_k_are_separate_calls_in_one_batch() -> None:
     assert sorted(k for _, k in fake.calls) == [1, 3]
 
 
+def test_a_small_search_waits_for_at_most_one_batch_of_large_ones() -> None:
+    # issue 31: 1. Before, batches were formed in arrival order, so a one-query request behind a
+    # burst of maximum-size ones (clients that never read their answers) waited for all of them
+    fake = RecordingRetriever(delay=0.05)
+    app = create_app(fake, max_batch=4)
+    bodies: list[dict[str, object]] = [{"queries": [f"big{i}-{j}" for j in range(4)], "topk": 2} for i in range(8)]
+    bodies.append({"query": "small", "top_k": 2})
+    responses = asyncio.run(_concurrent(app, bodies))
+    assert all(r.status_code == 200 for r in responses)
+    assert [x["id"] for x in responses[8].json()["results"]] == ["small#0", "small#1"]
+    assert [x["id"] for x in responses[7].json()["result"][3]] == ["big7-3#0", "big7-3#1"]
+    call = next(i for i, (queries, _) in enumerate(fake.calls) if "small" in queries)
+    assert call <= 2, [q[0] for q, _ in fake.calls]  # the first search, one batch of large ones, then it
+    searched = sorted(q for queries, _ in fake.calls for q in queries)
+    assert searched == sorted([f"big{i}-{j}" for i in range(8) for j in range(4)] + ["small"])  # each once
+
+
 def test_without_micro_batching_each_request_is_one_call() -> None:
     fake = RecordingRetriever(delay=0.01)
     app = create_app(fake, micro_batch=False)

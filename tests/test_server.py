@@ -184,7 +184,7 @@ def test_bearer_token(bm25: BM25Retriever) -> None:
 
 
 def test_retriever_failures_are_503_and_bugs_are_json_500_without_internal_text(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake = RecordingRetriever()
     with TestClient(create_app(fake), raise_server_exceptions=False, base_url=BASE) as c:
@@ -199,12 +199,23 @@ def test_retriever_failures_are_503_and_bugs_are_json_500_without_internal_text(
         fake.answer = [[object()]]  # an answer that is not hits: the retriever failed, 503
         r = c.post("/retrieve", json={"queries": ["a"]})
         assert r.status_code == 503 and "list of Hit objects" in caplog.text
-        fake.answer = [[Hit("d1", "t", "x", float("nan"))]]  # a bug while answering (NaN is not JSON): 500
+        # issue 31: 5. Scores that are not finite (a damaged index): the retriever failed, 503; before,
+        # a 500 when the answer could not be written as JSON
+        for score in (float("inf"), float("-inf"), float("nan")):
+            fake.answer = [[Hit("d1", "t", "x", score)]]
+            r = c.post("/retrieve", json={"queries": ["a"], "return_scores": True})
+            assert r.status_code == 503 and "not a finite number" in caplog.text, r.text
+        fake.answer = None
+
+        def bug(*args: object) -> None:
+            raise RuntimeError("a bug while answering")
+
+        monkeypatch.setattr("searchenv.retrievers.server.search_r1_result", bug)
         r = c.post("/retrieve", json={"queries": ["a"], "return_scores": True})
         assert r.status_code == 500
         assert r.json() == {"error": "internal server error; the server log has the details",
                             "detail": "internal server error; the server log has the details"}
-        fake.answer = None
+        monkeypatch.undo()
         assert c.post("/retrieve", json={"queries": ["a"]}).status_code == 200
 
 

@@ -337,3 +337,25 @@ def test_title_less_multiline_document_round_trips_through_an_index(tmp_path: Pa
     for reopened in (r, open_index(tmp_path / "idx", mmap=True)):
         hits = reopened.search_batch(["zebras", "giraffes", "okapis"], 1)
         assert [(h[0].doc_id, h[0].title, h[0].text) for h in hits] == [(d.id, d.title, d.text) for d in docs]
+
+
+# ------------------------------------------------------------------ issue 31: 4
+@pytest.mark.parametrize("mask", [0o022, 0o027])
+def test_written_files_and_folders_honour_the_umask(tmp_path: Path, mask: int) -> None:
+    # before: mkstemp/mkdtemp left every published file 0600 and the data folder 0700, whatever the umask
+    from searchenv.corpus import atomic_write_lines
+    from searchenv.retrievers.index_meta import META_FILE, data_folder
+
+    old = os.umask(mask)
+    try:
+        BM25Retriever.build(DOCS, tmp_path / "idx")
+        atomic_write_lines(tmp_path / "out" / "qa.jsonl", ["{}"])
+    finally:
+        os.umask(old)
+    file_mode, folder_mode = 0o666 & ~mask, 0o777 & ~mask
+    data = data_folder(tmp_path / "idx")
+    assert (tmp_path / "idx" / META_FILE).stat().st_mode & 0o777 == file_mode
+    assert data.stat().st_mode & 0o777 == folder_mode
+    modes = {p.relative_to(data): p.stat().st_mode & 0o777 for p in data.rglob("*")}
+    assert modes == {p.relative_to(data): folder_mode if p.is_dir() else file_mode for p in data.rglob("*")}
+    assert (tmp_path / "out" / "qa.jsonl").stat().st_mode & 0o777 == file_mode

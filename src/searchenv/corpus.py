@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from searchenv.files import publishable
 from searchenv.jsonsafe import iter_jsonl
 
 
@@ -141,7 +142,8 @@ def read_corpus(path: str | os.PathLike[str]) -> list[Document]:
 def atomic_write_lines(path: str | os.PathLike[str], lines: Iterable[str]) -> None:
     """Write lines to ``path`` through a temporary file and an atomic rename.
 
-    A failure part-way leaves any previous file at ``path`` untouched.
+    A failure part-way leaves any previous file at ``path`` untouched. The file gets the mode
+    ``open`` would give it (0666 less the umask).
 
     Args:
         path: Destination file.
@@ -155,6 +157,7 @@ def atomic_write_lines(path: str | os.PathLike[str], lines: Iterable[str]) -> No
             for line in lines:
                 f.write(line)
                 f.write("\n")
+        publishable(tmp)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

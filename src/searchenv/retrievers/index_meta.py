@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+from searchenv.files import publishable
 from searchenv.jsonsafe import JSONInputError, loads
 from searchenv.retrievers.base import RetrieverError
 
@@ -143,6 +144,7 @@ def publish_index(folder: str | os.PathLike[str], write: Callable[[Path], dict[s
             _remove(stale)
         tmp = Path(tempfile.mkdtemp(prefix=_TMP_PREFIX, dir=folder))
         try:
+            publishable(tmp)
             fields = write(tmp)
             files = _file_table(tmp)
             digest = hashlib.sha256(json.dumps(files, sort_keys=True).encode("utf-8")).hexdigest()
@@ -180,6 +182,7 @@ def _write_meta(folder: Path, fields: dict[str, Any]) -> None:
             f.write(json.dumps(meta, indent=2, sort_keys=True) + "\n")
             f.flush()
             os.fsync(f.fileno())
+        publishable(tmp)
         os.replace(tmp, folder / META_FILE)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

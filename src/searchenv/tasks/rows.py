@@ -24,6 +24,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from searchenv.files import publishable
 from searchenv.tasks.base import QAExample, checked_example
 
 #: The agent loop name rows select in verl (``agent_name``).
@@ -124,6 +125,7 @@ def write_parquet(rows: Sequence[Mapping[str, Any]], path: str | os.PathLike[str
     os.close(fd)
     try:
         pq.write_table(pa.Table.from_pylist([dict(r) for r in rows]), tmp)
+        publishable(tmp)
         os.replace(tmp, out)
     finally:
         if os.path.exists(tmp):

@@ -438,6 +438,9 @@ def test_tokens_that_cannot_travel_in_a_header_are_refused(token: str) -> None:
         (b'{"queries": ["a"], "topk": ' + b"9" * 5000 + b"}", "unusable JSON value"),
         (b'{"queries": ["a"], "topk": 1e999}', "topk"),
         (b'{"queries": ["a"], "topk": NaN}', "topk"),
+        # issue 31: 2. Before: 500 in the single-query dialect (the answer could not be encoded)
+        (b'{"query": "x\\ud800"}', "query is not Unicode text"),
+        (b'{"queries": ["ok", "x\\udc00"], "topk": 1}', "queries[1] is not Unicode text"),
     ],
 )
 def test_hostile_json_bodies_are_4xx_never_500(bm25: BM25Retriever, body: bytes, message: str) -> None:

@@ -11,7 +11,7 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -149,18 +149,35 @@ def atomic_write_lines(path: str | os.PathLike[str], lines: Iterable[str]) -> No
         path: Destination file.
         lines: Lines without trailing newlines.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    atomic_write_files([(path, lines)])
+
+
+def atomic_write_files(files: Sequence[tuple[str | os.PathLike[str], Iterable[str]]]) -> None:
+    """Write several files as :func:`atomic_write_lines` does, renaming none until all are written.
+
+    A failure while writing any of them (a full disk, text that cannot be encoded) leaves every
+    previous file in place, so files that belong together are not left mismatched.
+
+    Args:
+        files: ``(destination, lines without trailing newlines)`` pairs.
+    """
+    staged: list[tuple[str, Path]] = []
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for line in lines:
-                f.write(line)
-                f.write("\n")
-        publishable(tmp)
-        os.replace(tmp, path)
+        for path, lines in files:
+            path = Path(path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+            staged.append((tmp, path))
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                for line in lines:
+                    f.write(line)
+                    f.write("\n")
+            publishable(tmp)
+        for tmp, path in staged:
+            os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        for tmp, _ in staged:
+            Path(tmp).unlink(missing_ok=True)
         raise
 
 
@@ -171,7 +188,12 @@ def write_corpus(path: str | os.PathLike[str], documents: Iterable[Document]) ->
         path: Destination file.
         documents: Documents to write (may be a generator: memory stays bounded).
     """
-    atomic_write_lines(path, (json.dumps(d.to_json(), ensure_ascii=False) for d in documents))
+    atomic_write_lines(path, corpus_lines(documents))
+
+
+def corpus_lines(documents: Iterable[Document]) -> Iterator[str]:
+    """The lines of a FlashRAG JSONL corpus file (:func:`write_corpus`)."""
+    return (json.dumps(d.to_json(), ensure_ascii=False) for d in documents)
 
 
 def corpus_fingerprint(documents: Iterable[Document]) -> str:

@@ -359,3 +359,30 @@ def test_written_files_and_folders_honour_the_umask(tmp_path: Path, mask: int) -
     modes = {p.relative_to(data): p.stat().st_mode & 0o777 for p in data.rglob("*")}
     assert modes == {p.relative_to(data): folder_mode if p.is_dir() else file_mode for p in data.rglob("*")}
     assert (tmp_path / "out" / "qa.jsonl").stat().st_mode & 0o777 == file_mode
+
+
+# ------------------------------------------------------------------ issue 31: 9
+def test_an_index_build_keeps_files_it_did_not_write(tmp_path: Path) -> None:
+    # before: any .tmp-* or v-<16 hex> entry was deleted (and .encode-* by dense builds), whoever made it
+    from searchenv.retrievers.index_meta import read_meta
+
+    corpus = tmp_path / "corpus.jsonl"
+    write_corpus(corpus, DOCS)
+    out = tmp_path / "out"
+    (out / "v-fedcba9876543210").mkdir(parents=True)
+    (out / "shard-notes-of-x").mkdir()
+    user = ["notes.txt", ".tmp-notes", "v-0123456789abcdef", ".encode-mine", "v-fedcba9876543210/keep.txt"]
+    for name in user:
+        (out / name).write_text("mine\n")
+    orphan = out / "v-00000000000000aa"  # what a build killed after its rename, before the commit, leaves
+    orphan.mkdir()
+    (orphan / "docs.jsonl").write_text("")
+    (orphan / "doc_offsets.npy").write_bytes(b"")
+    runner = CliRunner()
+    for options in ([], ["--option", "k1=1.1"]):
+        res = runner.invoke(get_app(), ["index", "--corpus", str(corpus), "--out", str(out), *options])
+        assert res.exit_code == 0, res.output
+    assert all((out / name).read_text() == "mine\n" for name in user)
+    assert (out / "shard-notes-of-x").is_dir()
+    generations = sorted(p.name for p in out.glob("v-*") if (p / "docs.jsonl").is_file())
+    assert generations == [read_meta(out)["data"]]  # the first build's and the orphan are gone

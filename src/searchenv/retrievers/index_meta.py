@@ -42,6 +42,9 @@ META_FILE = "searchenv_index.json"
 FORMAT_VERSION = 2
 _GENERATION = re.compile(r"v-[0-9a-f]{16}")
 _TMP_PREFIX = ".tmp-"
+# What builds leave under _TMP_PREFIX: mkstemp/mkdtemp names (8 characters) and set-aside generations
+# (a uuid4 hex). Only these are removed; a user's own ".tmp-notes" is not.
+_OWN_TMP = re.compile(r"\.tmp-(?:[a-z0-9_]{8}|[0-9a-f]{32})")
 # Names that format 1 wrote straight into the index folder; a rebuild of a format-1 index removes them.
 _FORMAT_1_FILES = ("docs.jsonl", "doc_offsets.npy", "bm25", "dense.faiss")
 
@@ -140,8 +143,9 @@ def publish_index(folder: str | os.PathLike[str], write: Callable[[Path], dict[s
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     with index_lock(folder):
-        for stale in folder.glob(_TMP_PREFIX + "*"):  # left by killed builds: we hold the lock
-            _remove(stale)
+        for stale in folder.iterdir():  # left by killed builds: we hold the lock
+            if _OWN_TMP.fullmatch(stale.name):
+                _remove(stale)
         tmp = Path(tempfile.mkdtemp(prefix=_TMP_PREFIX, dir=folder))
         try:
             publishable(tmp)
@@ -155,23 +159,30 @@ def publish_index(folder: str | os.PathLike[str], write: Callable[[Path], dict[s
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        legacy = _FORMAT_1_FILES if _format_version(folder) == 1 else ()
+        previous = _published_meta(folder)
+        legacy = _FORMAT_1_FILES if previous.get("format_version") == 1 else ()
         _write_meta(folder, {**fields, "data": generation.name, "files": files})
         for old in folder.iterdir():
             if old != generation and (
-                old.name.startswith(_TMP_PREFIX) or _GENERATION.fullmatch(old.name) or old.name in legacy
+                _OWN_TMP.fullmatch(old.name) or old.name == previous.get("data") or _orphan_generation(old)
+                or old.name in legacy
             ):
                 _remove(old)
 
 
-def _format_version(folder: Path) -> object:
-    """The format version in ``folder``'s metadata, or ``None`` if there is none to read."""
+def _published_meta(folder: Path) -> dict[str, Any]:
+    """The metadata published in ``folder``, or ``{}`` if there is none to read."""
     try:
         meta = loads((folder / META_FILE).read_bytes(), str(folder / META_FILE))
     except (OSError, JSONInputError):
-        return None
-    return meta.get("format_version") if isinstance(meta, dict) else None
+        return {}
+    return meta if isinstance(meta, dict) else {}
 
+
+def _orphan_generation(path: Path) -> bool:
+    """A data folder a killed build renamed into place but never published (it holds a document store)."""
+    return (_GENERATION.fullmatch(path.name) is not None and path.is_dir() and not path.is_symlink()
+            and (path / "docs.jsonl").is_file() and (path / "doc_offsets.npy").is_file())
 
 def _write_meta(folder: Path, fields: dict[str, Any]) -> None:
     """Replace ``searchenv_index.json`` atomically (write a temporary file, fsync, rename)."""

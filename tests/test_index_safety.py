@@ -29,6 +29,7 @@ from searchenv.retrievers import (
     open_index,
 )
 from searchenv.retrievers.bm25 import BM25Retriever
+from searchenv.retrievers.index_meta import file_sha256
 
 from .conftest import DOCS
 
@@ -386,3 +387,61 @@ def test_an_index_build_keeps_files_it_did_not_write(tmp_path: Path) -> None:
     assert (out / "shard-notes-of-x").is_dir()
     generations = sorted(p.name for p in out.glob("v-*") if (p / "docs.jsonl").is_file())
     assert generations == [read_meta(out)["data"]]  # the first build's and the orphan are gone
+
+
+# ------------------------------------------------------------------ issue 31: 7
+def _edit_meta(folder: Path, change: str, redigest: bool) -> None:
+    """Apply ``change`` (a statement on ``m``) to the metadata; with ``redigest``, as a careful forger would."""
+    from searchenv.retrievers.index_meta import META_FILE, meta_digest
+
+    path = folder / META_FILE
+    m = json.loads(path.read_text())
+    exec(change, {"m": m})
+    if redigest:
+        m["meta_sha256"] = meta_digest(m)
+    path.write_text(json.dumps(m))
+
+
+@pytest.mark.parametrize(
+    ("change", "redigest", "message"),
+    [
+        ('m["params"]["stemmer"] = "english"', False, "changed after the build"),  # changes rankings
+        ('m["files"] = {}', False, "changed after the build"),
+        ('m["files"] = {}', True, "does not list the data files"),
+        ('del m["meta_sha256"]', False, "carries no checksum of its own fields"),
+        ('m["params"]["stemmer"] = "klingon"', True, "stemmer must be one of"),
+        ('m["params"] = [1]', True, "garbles 'data', 'files', 'num_docs' or 'params'"),
+        ('m["kind"] = "os:system"', True, "names the index kind 'os:system'"),
+        ("", False, "cannot read it"),  # a broken .npy header (numpy raises TokenError or SyntaxError)
+    ],
+)
+def test_index_metadata_is_verified_and_bad_metadata_is_one_error_line(
+    tmp_path: Path, corpus_file: Path, change: str, redigest: bool, message: str
+) -> None:
+    # before: "files": {} and a changed stemmer passed verify-index, a bad stemmer failed at search,
+    # and params as a list, an unknown kind or a broken .npy header gave tracebacks
+    folder = tmp_path / "idx"
+    build_index("bm25", corpus_file, folder)
+    if change:
+        _edit_meta(folder, change, redigest)
+    else:
+        from searchenv.retrievers.index_meta import data_folder, meta_digest, read_meta
+
+        offsets = data_folder(folder) / "doc_offsets.npy"
+        raw = bytearray(offsets.read_bytes())
+        raw[10:20] = b"XXXXXXXXXX"
+        offsets.write_bytes(bytes(raw))
+        meta = read_meta(folder)  # the forger records the new file, so only reading it can tell
+        meta["files"]["doc_offsets.npy"]["sha256"] = file_sha256(offsets)
+        meta["meta_sha256"] = meta_digest(meta)
+        (folder / "searchenv_index.json").write_text(json.dumps(meta))
+    runner = CliRunner()
+    for args in (["verify-index", str(folder)], ["search", "--index", str(folder), "Karsk", "--json"]):
+        res = runner.invoke(get_app(), args)
+        if args[0] == "search" and message == "carries no checksum of its own fields":
+            assert res.exit_code == 0  # an index built before the checksum still opens; verify-index says why not
+            continue
+        if args[0] == "search" and message == "does not list the data files":
+            continue  # only verify-index lists the folder
+        assert res.exit_code == 2, (args, res.output, res.exception)
+        assert "error:" in res.output and message in res.output and "Traceback" not in res.output, res.output

@@ -445,3 +445,25 @@ def test_index_metadata_is_verified_and_bad_metadata_is_one_error_line(
             continue  # only verify-index lists the folder
         assert res.exit_code == 2, (args, res.output, res.exception)
         assert "error:" in res.output and message in res.output and "Traceback" not in res.output, res.output
+
+
+def test_docs_truncated_in_place_under_mmap_is_an_error_not_sigbus(tmp_path: Path) -> None:
+    # before: the documents were memory-mapped, and reading past the new end killed the process (SIGBUS)
+    folder = tmp_path / "idx"  # 200 kB of documents: pages wholly past the new end, not just a partial one
+    BM25Retriever.build([Document(f"p{i}", f"Passage {i}", f"word{i} " + "filler " * 150) for i in range(200)],
+                        folder)
+    script = f"""
+import os, sys
+from searchenv.retrievers import RetrieverError, open_index
+from searchenv.retrievers.index_meta import data_folder
+r = open_index({str(folder)!r}, mmap=True)
+docs = data_folder({str(folder)!r}) / "docs.jsonl"
+os.truncate(docs, docs.stat().st_size // 3)  # in place: the open file shrinks
+try:
+    r.search_batch(["word199", "word150"], 1)
+except RetrieverError as exc:
+    print("error:", exc)
+"""
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, (res.returncode, res.stderr[-2000:])  # -7: SIGBUS
+    assert "docs.jsonl ends before row" in res.stdout and "truncated or rewritten in place" in res.stdout

@@ -42,6 +42,7 @@ import asyncio
 import errno
 import json
 import os
+import shlex
 import socket
 import statistics
 import subprocess
@@ -478,7 +479,7 @@ def never_read_main(args: argparse.Namespace) -> None:
                 print(f"{label}, never-read x{n}: normal {res['normal']['success_rate']}, health "
                       f"{res['health']['success_rate']}, rss {res['server_rss_mb']}, answered "
                       f"{res['never_read_requests_answered']}, reset {res['never_read_connections_reset']}", flush=True)
-    command = "python benchmarks/server_load.py " + " ".join(sys.argv[1:])
+    command = "python benchmarks/server_load.py " + shlex.join(sys.argv[1:])
     data = {"kind": args.kind, "passages": n_docs, "normal_clients": clients, "duration_s": args.duration,
             "never_read_queries": args.never_read_queries, "never_read_topk": 100, "host": HOST, "runs": runs,
             "servers": [label for label, _ in servers]}

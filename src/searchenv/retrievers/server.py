@@ -50,6 +50,7 @@ import ipaddress
 import logging
 import socket
 import struct
+import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import asdict, dataclass, replace
@@ -432,6 +433,14 @@ class ConnectionLimits:
                 raise ValueError(f"ConnectionLimits.{name} must be an integer, got {getattr(self, name)!r}")
 
 
+try:  # the kernel's count of a socket's unsent bytes (Linux); elsewhere only asyncio's buffer is watched
+    import fcntl
+    import termios
+
+    _SIOCOUTQ: int | None = termios.TIOCOUTQ if sys.platform.startswith("linux") else None
+except ImportError:  # pragma: no cover - Windows
+    _SIOCOUTQ = None
+
 _BUSY = b'{"error": "too many connections, retry later", "detail": "too many connections, retry later"}'
 _REFUSED = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\n"
             b"content-length: %d\r\n\r\n%s" % (len(_BUSY), _BUSY))
@@ -525,20 +534,36 @@ class _GuardedH11Protocol(H11Protocol):
         """Start watching the unsent bytes, if there are any and they are not watched yet.
 
         Called wherever bytes may be left waiting: an answer written, the transport's buffer
-        over its high-water mark, a close. Every quarter of the write timeout the buffer is
-        looked at again; the watch ends when it is empty, and the connection is aborted when it
-        has not shrunk for the write timeout.
+        over its high-water mark, a close. Every quarter of the write timeout the bytes not yet
+        taken by the client (:meth:`_unsent_now`) are counted again; the watch ends when the
+        transport's buffer is empty, and the connection is aborted when they have not shrunk for
+        the write timeout.
         """
         if self._output_timer is None and self.transport.get_write_buffer_size() > 0:
-            self._unsent = self.transport.get_write_buffer_size()
+            self._unsent = self._unsent_now()
             self._unsent_since = self.loop.time()
             self._output_timer = self.loop.call_later(self.limits.write_timeout / 4, self._check_output)
 
+    def _unsent_now(self) -> int:
+        """Bytes not yet taken by the client: the transport's buffer plus the kernel's send queue.
+
+        The kernel's queue (``SIOCOUTQ``, Linux) shrinks with every byte the client reads; the
+        transport's buffer only when the kernel wakes the writer, after up to a third of its
+        4 MB buffer has drained, which a slow but steady reader can take longer than the
+        write timeout to read.
+        """
+        queued = 0
+        sock = self.transport.get_extra_info("socket")
+        if _SIOCOUTQ is not None and sock is not None:
+            with suppress(OSError, ValueError):
+                queued = struct.unpack("i", fcntl.ioctl(sock.fileno(), _SIOCOUTQ, b"\0\0\0\0"))[0]
+        return int(self.transport.get_write_buffer_size()) + queued
+
     def _check_output(self) -> None:
         self._output_timer = None
-        unsent = self.transport.get_write_buffer_size()
-        if unsent == 0:
+        if self.transport.get_write_buffer_size() == 0:
             return
+        unsent = self._unsent_now()
         now = self.loop.time()
         if unsent < self._unsent:  # the client took some
             self._unsent_since = now
@@ -565,7 +590,7 @@ class _GuardedH11Protocol(H11Protocol):
             return
         now = self.loop.time()
         for p in waiting:  # progress since the last look counts as progress now
-            unsent = p.transport.get_write_buffer_size()
+            unsent = p._unsent_now()
             if unsent < p._unsent:
                 p._unsent, p._unsent_since = unsent, now
         log.warning("%d bytes of answers wait for their clients, more than max_unsent_bytes=%d: dropping the "

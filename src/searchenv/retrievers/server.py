@@ -70,6 +70,14 @@ from searchenv.jsonsafe import DEFAULT_MAX_DEPTH, JSONInputError, loads
 from searchenv.retrievers.base import Hit, Retriever, check_k
 from searchenv.retrievers.batching import MicroBatcher
 
+try:  # the kernel's count of a socket's unsent bytes (Linux); elsewhere only asyncio's buffer is watched
+    import fcntl
+    import termios
+
+    _SIOCOUTQ: int | None = termios.TIOCOUTQ if sys.platform.startswith("linux") else None
+except ImportError:  # pragma: no cover - Windows
+    _SIOCOUTQ = None
+
 #: Host names accepted in the ``Host`` header by default (IP addresses always are).
 DEFAULT_ALLOWED_HOSTS = ("localhost",)
 
@@ -433,14 +441,6 @@ class ConnectionLimits:
                 raise ValueError(f"ConnectionLimits.{name} must be an integer, got {getattr(self, name)!r}")
 
 
-try:  # the kernel's count of a socket's unsent bytes (Linux); elsewhere only asyncio's buffer is watched
-    import fcntl
-    import termios
-
-    _SIOCOUTQ: int | None = termios.TIOCOUTQ if sys.platform.startswith("linux") else None
-except ImportError:  # pragma: no cover - Windows
-    _SIOCOUTQ = None
-
 _BUSY = b'{"error": "too many connections, retry later", "detail": "too many connections, retry later"}'
 _REFUSED = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\n"
             b"content-length: %d\r\n\r\n%s" % (len(_BUSY), _BUSY))
@@ -461,7 +461,7 @@ class _GuardedH11Protocol(H11Protocol):
     _idle_since = 0.0  # loop time of the connection's opening or its last answer
     _timer: asyncio.TimerHandle | None = None
     _output_timer: asyncio.TimerHandle | None = None
-    _unsent = 0  # bytes waiting in the transport at the last look
+    _unsent = 0  # bytes not yet taken by the client at the last look (_unsent_now)
     _unsent_since = 0.0  # loop time they last shrank (or began to wait)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]

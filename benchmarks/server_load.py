@@ -20,16 +20,29 @@ unit vectors instead of embeddings (rankings are meaningless), while the server 
 packaged encoder and encodes every query with it and searches the 100,000 x 384 flat index.
 Client and server share the machine's cores, so the client's own cost is part of the numbers.
 
+With ``--never-read N [N ...]`` it measures instead what clients that never read do to everyone
+else (issue 31): for each N, ``--clients`` normal clients (one query per request, as above) and a
+``/health`` probe every 0.25 s run for one second, then N clients connect at once, each with a 4 kB
+receive buffer, send one request of ``--never-read-queries`` queries at ``topk`` 100 (about 9 MB
+answered on the default index) and read nothing for ``--duration`` seconds; then they disconnect
+and the normal clients go on for 3 s. It reports the normal clients' success rate and latency and
+the probe's while the N are connected, the server's resident memory and open descriptors (sampled
+every 0.25 s), how many of the N requests the server answered in the time and how many of those
+connections it reset. The server runs with its default connection limits.
+
 Usage: python benchmarks/server_load.py [--passages 100000] [--clients 1 16 64 200] [--duration 30]
        [--warmup 3] [--kind bm25|dense] [--modes batched per-request]
+       python benchmarks/server_load.py --never-read 50 200 500 --clients 4 --duration 20 --passages 20000
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import json
 import os
+import shlex
 import socket
 import statistics
 import subprocess
@@ -107,13 +120,19 @@ def make_queries(folder: Path, n: int) -> list[str]:
 class Server:
     """``searchenv serve`` in a subprocess on 127.0.0.1."""
 
-    def __init__(self, folder: Path, micro_batch: bool, startup_timeout: float = 180.0) -> None:
+    def __init__(self, folder: Path, micro_batch: bool, startup_timeout: float = 180.0, max_topk: int = 10,
+                 src: Path | None = None) -> None:
+        """Start the server; ``src`` puts another copy of the package first on its path (a baseline)."""
         self.port = free_port()
         self.url = f"http://{HOST}:{self.port}"
         cmd = [sys.executable, "-c", "from searchenv.cli import main; main()", "serve", "--index", str(folder),
-               "--host", HOST, "--port", str(self.port), "--log-level", "warning", "--max-topk", "10",
+               "--host", HOST, "--port", str(self.port), "--log-level", "warning", "--max-topk", str(max_topk),
                "--micro-batch" if micro_batch else "--no-micro-batch"]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        env = dict(os.environ)
+        if src is not None:
+            env["PYTHONPATH"] = os.pathsep.join([str(src), *filter(None, [env.get("PYTHONPATH")])])
+        self.log = tempfile.TemporaryFile()  # a pipe nobody reads would stall the server once full
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.log, env=env)
         self.startup_timeout = startup_timeout
 
     def __enter__(self) -> Server:
@@ -127,7 +146,8 @@ class Server:
             except httpx.TransportError:
                 pass
             if self.proc.poll() is not None or time.monotonic() > deadline:
-                err = self.proc.stderr.read().decode() if self.proc.stderr else ""
+                self.log.seek(0)
+                err = self.log.read().decode(errors="replace")
                 self.__exit__()
                 raise RuntimeError(f"server did not start: {err[-2000:]}")
             time.sleep(0.25)
@@ -147,6 +167,22 @@ class Server:
             return None
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
+    def rss_mb(self) -> float | None:
+        """The server's resident memory in MiB (Linux only)."""
+        try:
+            status = Path(f"/proc/{self.proc.pid}/status").read_text()
+        except OSError:
+            return None
+        kb = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), None)
+        return None if kb is None else kb / 1024
+
+    def open_fds(self) -> int | None:
+        """Descriptors the server has open (Linux only)."""
+        try:
+            return len(os.listdir(f"/proc/{self.proc.pid}/fd"))
+        except OSError:
+            return None
+
     def __exit__(self, *exc: object) -> None:
         self.proc.terminate()
         try:
@@ -154,6 +190,7 @@ class Server:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(timeout=5)
+        self.log.close()
 
 
 def check_answer(status: int, body: bytes, topk: int) -> str:
@@ -167,6 +204,12 @@ def check_answer(status: int, body: bytes, topk: int) -> str:
     if not (isinstance(result, list) and len(result) == 1 and len(result[0]) == topk):
         return f"wrong shape: {body[:200]!r}"
     return ""
+
+
+def post_request(host: str, port: int, path: str, payload: bytes) -> bytes:
+    """The bytes of one JSON POST request."""
+    return (f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(payload)}\r\n\r\n").encode() + payload
 
 
 class RawConnection:
@@ -183,13 +226,19 @@ class RawConnection:
 
     async def post(self, path: str, payload: bytes) -> tuple[int, bytes]:
         """Send one POST and read the whole answer (reconnecting if the server closed the socket)."""
+        return await self.request(post_request(self.host, self.port, path, payload))
+
+    async def get(self, path: str) -> tuple[int, bytes]:
+        """Send one GET and read the whole answer."""
+        return await self.request(f"GET {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n\r\n".encode())
+
+    async def request(self, data: bytes) -> tuple[int, bytes]:
+        """Send one whole request and read its answer (reconnecting if the server closed the socket)."""
         reader, writer = self.reader, self.writer
         if reader is None or writer is None or writer.is_closing():
             reader, writer = await asyncio.open_connection(self.host, self.port)
             self.reader, self.writer = reader, writer
-        head = (f"POST {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(payload)}\r\n\r\n").encode()
-        writer.write(head + payload)
+        writer.write(data)
         await writer.drain()
         status_line = await reader.readline()
         if not status_line:
@@ -281,6 +330,187 @@ async def load(url: str, queries: list[str], clients: int, warmup: float, durati
     }
 
 
+def _summary(latencies: list[float], attempts: int) -> dict[str, Any]:
+    lat_ms = np.asarray(latencies) * 1000.0
+    return {
+        "attempts": attempts,
+        "ok": len(latencies),
+        "success_rate": len(latencies) / attempts if attempts else None,
+        "p50_ms": float(np.percentile(lat_ms, 50)) if len(lat_ms) else None,
+        "p99_ms": float(np.percentile(lat_ms, 99)) if len(lat_ms) else None,
+        "max_ms": float(lat_ms.max()) if len(lat_ms) else None,
+    }
+
+
+async def never_read_load(server: Server, queries: list[str], never_read: int, clients: int, duration: float,
+                          attack_queries: int, attack_topk: int = 100) -> dict[str, Any]:
+    """Normal clients and a ``/health`` probe while ``never_read`` clients send big requests and read nothing.
+
+    Only what happens while the ``never_read`` clients are connected is recorded for the normal
+    clients and the probe; memory and descriptors are sampled from one second before to 3 s after.
+    """
+    loop = asyncio.get_running_loop()
+    start = time.perf_counter()
+    attack_at, attack_end = start + 1.0, start + 1.0 + duration
+    stop_at = attack_end + 3.0
+    normal: list[float] = []
+    normal_attempts = [0]
+    searched = [0]  # normal requests answered, whole run (to tell the attack's searches from theirs)
+    errors: list[str] = []
+    health: list[float] = []
+    health_attempts = [0]
+    samples: list[tuple[float, float | None, int | None]] = []
+    reset = [0]
+
+    def during(t0: float, t1: float) -> bool:
+        return attack_at <= t0 and t1 <= attack_end
+
+    async def normal_client(i: int) -> None:
+        conn, j = RawConnection(HOST, server.port), i
+        while (t0 := time.perf_counter()) < stop_at:
+            payload = json.dumps({"queries": [queries[j % len(queries)]], "topk": 3, "return_scores": True}).encode()
+            j += clients
+            try:
+                status, body = await asyncio.wait_for(conn.post("/retrieve", payload), 30.0)
+                problem = check_answer(status, body, 3)
+            except Exception as exc:  # any failure is a failed request of a normal client
+                problem = f"{type(exc).__name__}: {exc}"
+                await conn.close()
+                conn = RawConnection(HOST, server.port)
+            t1 = time.perf_counter()
+            searched[0] += not problem
+            if during(t0, t1):
+                normal_attempts[0] += 1
+                if problem:
+                    errors.append(problem)
+                else:
+                    normal.append(t1 - t0)
+        await conn.close()
+
+    async def probe() -> None:
+        conn = RawConnection(HOST, server.port)
+        while (t0 := time.perf_counter()) < stop_at:
+            try:
+                status, body = await asyncio.wait_for(conn.get("/health"), 30.0)
+                ok = status == 200 and json.loads(body)["status"] == "ok"
+            except Exception as exc:  # a failed probe
+                ok = False
+                errors.append(f"/health: {type(exc).__name__}: {exc}")
+                await conn.close()
+                conn = RawConnection(HOST, server.port)
+            t1 = time.perf_counter()
+            if during(t0, t1):
+                health_attempts[0] += 1
+                if ok:
+                    health.append(t1 - t0)
+            await asyncio.sleep(max(0.0, 0.25 - (t1 - t0)))
+        await conn.close()
+
+    async def sampler() -> None:
+        while (t := time.perf_counter()) < stop_at:
+            samples.append((round(t - attack_at, 2), server.rss_mb(), server.open_fds()))
+            await asyncio.sleep(0.25)
+
+    async def one(request: bytes) -> socket.socket:
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.setblocking(False)
+        await loop.sock_connect(s, (HOST, server.port))
+        await loop.sock_sendall(s, request)
+        return s
+
+    async def attack() -> None:
+        await asyncio.sleep(attack_at - time.perf_counter())
+        body = json.dumps({"queries": queries[:attack_queries], "topk": attack_topk, "return_scores": True})
+        request = post_request(HOST, server.port, "/retrieve", body.encode())
+        opened = await asyncio.gather(*(one(request) for _ in range(never_read)), return_exceptions=True)
+        sockets = [s for s in opened if isinstance(s, socket.socket)]
+        errors.extend(f"never-read client: {e!r}" for e in opened if not isinstance(e, socket.socket))
+        await asyncio.sleep(attack_end - time.perf_counter())
+        for s in sockets:
+            reset[0] += s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == errno.ECONNRESET
+            s.close()
+
+    stats0 = server.health()["micro_batch"]["queries"]
+    await asyncio.gather(sampler(), probe(), attack(), *(normal_client(i) for i in range(clients)))
+    attack_searched = (server.health()["micro_batch"]["queries"] - stats0 - searched[0]) / attack_queries
+    before = [x for x in samples if x[0] < 0]
+    after = [x for x in samples if x[0] >= 0]
+    rss = [x[1] for x in after if x[1] is not None]
+    fds = [x[2] for x in after if x[2] is not None]
+    return {
+        "never_read": never_read,
+        "normal_clients": clients,
+        "normal": _summary(normal, normal_attempts[0]),
+        "health": _summary(health, health_attempts[0]),
+        "error_examples": sorted(set(errors))[:5],
+        "server_rss_mb": {"before": before[-1][1] if before else None, "peak": max(rss, default=None),
+                          "end": rss[-1] if rss else None},
+        "server_fds": {"before": before[-1][2] if before else None, "peak": max(fds, default=None),
+                       "end": fds[-1] if fds else None},
+        "never_read_requests_answered": round(attack_searched),
+        "never_read_connections_reset": reset[0],
+        "samples": samples,
+    }
+
+
+def never_read_main(args: argparse.Namespace) -> None:
+    """The ``--never-read`` benchmark (see the module docstring)."""
+    with tempfile.TemporaryDirectory(prefix="searchenv-load-") as tmp:
+        folder = Path(tmp) / "index"
+        build_s, n_docs = build_index(args.kind, args.passages, folder)
+        print(f"built {args.kind} index of {n_docs:,} passages in {build_s:.1f} s", flush=True)
+        queries = make_queries(folder, 20_000)
+        [clients] = args.clients
+        servers: list[tuple[str, Path | None]] = [(args.label, None)]
+        if args.baseline_src:
+            servers.append((args.baseline_label or str(args.baseline_src), args.baseline_src))
+        runs = []
+        for n in args.never_read:
+            for label, src in servers:
+                load_before = round(os.getloadavg()[0], 2)
+                with Server(folder, micro_batch=True, max_topk=100, src=src) as server:
+                    res = asyncio.run(never_read_load(server, queries, n, clients, args.duration,
+                                                      args.never_read_queries))
+                res["server"] = label
+                res["load_average_1min_before"] = load_before
+                res["load_average_1min_after"] = round(os.getloadavg()[0], 2)
+                runs.append(res)
+                print(f"{label}, never-read x{n}: normal {res['normal']['success_rate']}, health "
+                      f"{res['health']['success_rate']}, rss {res['server_rss_mb']}, answered "
+                      f"{res['never_read_requests_answered']}, reset {res['never_read_connections_reset']}", flush=True)
+    command = "python benchmarks/server_load.py " + shlex.join(sys.argv[1:])
+    data = {"kind": args.kind, "passages": n_docs, "normal_clients": clients, "duration_s": args.duration,
+            "never_read_queries": args.never_read_queries, "never_read_topk": 100, "host": HOST, "runs": runs,
+            "servers": [label for label, _ in servers]}
+
+    def f(x: float | None, fmt: str = ".0f") -> str:
+        return "n/a" if x is None else format(x, fmt)
+
+    rows = [
+        f"| {r['never_read']} | {r['server']} | {r['normal']['attempts']} | {f(r['normal']['success_rate'], '.1%')} | "
+        f"{f(r['normal']['p99_ms'])} | {r['health']['attempts']} | {f(r['health']['success_rate'], '.1%')} | "
+        f"{f(r['health']['max_ms'])} | {f(r['server_rss_mb']['before'])} / {f(r['server_rss_mb']['peak'])} / "
+        f"{f(r['server_rss_mb']['end'])} | {r['server_fds']['before']} / {r['server_fds']['peak']} / "
+        f"{r['server_fds']['end']} | {r['never_read_requests_answered']} | {r['never_read_connections_reset']} | "
+        f"{r['load_average_1min_before']} / {r['load_average_1min_after']} |"
+        for r in runs
+    ]
+    table = (
+        f"`searchenv serve` (default connection limits) on {HOST}, {args.kind} index of "
+        f"{n_docs:,} generated passages. For {args.duration:g} s, N clients that never read (4 kB receive buffer) "
+        f"hold one request each of {args.never_read_queries} queries at topk 100, beside {clients} normal clients "
+        "(one query, topk 3, closed loop) and a /health probe every 0.25 s. Normal and probe columns cover "
+        "only the time the N are connected; memory and descriptors are sampled every 0.25 s (before / peak "
+        "/ 3 s after they disconnect).\n\n"
+        "| N never read | server | normal requests | normal success | normal p99 (ms) | /health probes | "
+        "/health success | /health max (ms) | server RSS MiB before / peak / end | server fds before / peak / end | "
+        "their requests answered | their connections reset | load avg before / after |\n"
+        "|---:|---|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---|\n" + "\n".join(rows)
+    )
+    write_results(args.name, data, table, command=command)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--passages", type=int, default=100_000)
@@ -293,8 +523,26 @@ def main() -> None:
     ap.add_argument("--modes", nargs="+", choices=["batched", "per-request"], default=["batched", "per-request"])
     ap.add_argument("--client", choices=["raw", "httpx"], default="raw",
                     help="load generator: minimal asyncio HTTP/1.1 client, or httpx.AsyncClient")
-    ap.add_argument("--name", default="server_load", help="results file name under benchmarks/results")
+    ap.add_argument("--name", default=None,
+                    help="results file name under benchmarks/results (server_load, or server_never_read)")
+    ap.add_argument("--never-read", type=int, nargs="+", default=None, metavar="N",
+                    help="measure N clients that never read beside --clients normal ones (one value of --clients)")
+    ap.add_argument("--label", default="this checkout",
+                    help="what the served code is, for the --never-read table (e.g. a commit measured for comparison)")
+    ap.add_argument("--baseline-src", type=Path, default=None,
+                    help="with --never-read: also serve, for each N, the package found in this folder (e.g. the src/ "
+                         "of an export of the commit before a fix)")
+    ap.add_argument("--baseline-label", default=None, help="its name in the table (default: the folder)")
+    ap.add_argument("--never-read-queries", type=int, default=256,
+                    help="queries in the request of each client that never reads (at topk 100)")
     args = ap.parse_args()
+    if args.never_read:
+        if len(args.clients) != 1:
+            ap.error("--never-read takes one value of --clients (the normal clients)")
+        args.name = args.name or "server_never_read"
+        never_read_main(args)
+        return
+    args.name = args.name or "server_load"
 
     with tempfile.TemporaryDirectory(prefix="searchenv-load-") as tmp:
         folder = Path(tmp) / "index"

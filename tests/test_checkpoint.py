@@ -319,3 +319,44 @@ def test_a_finished_sft_run_resumed_reports_its_last_step(world: Path, tmp_path:
     again = train_sft(cfg, resume=True)  # nothing left to train
     assert again["step"] == out["step"] == 2
     assert again["last"]["step"] == 2 and again["last"]["loss"] == pytest.approx(out["last"]["loss"])
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 31: 3. A refused resume keeps the run's settings; a checkpoint's step must be a count
+# ---------------------------------------------------------------------------------------------
+
+
+def test_a_refused_resume_leaves_the_run_config_as_it_was(world: Path, tmp_path: Path) -> None:
+    # before: start_run wrote the refused settings over config.json before the checkpoint was read
+    run = tmp_path / "run"
+    assert train("sft", sft_config(world, run, tmp_path)).exit_code == 0
+    config = run / "config.json"
+    before = config.read_text()
+    other = tmp_path / "grpo.toml"
+    other.write_text(
+        f'model = "{world / "model"}"\ntask = "{world / "qa.jsonl"}"\ncorpus = "{world / "corpus.jsonl"}"\n'
+        f'output_dir = "{run}"\nsteps = 32\nprogress = false\n'
+    )
+    assert_clean_error(train("grpo", other, "--resume"), "sft")  # another trainer's checkpoint: refused
+    run_ckpt = run / CHECKPOINT_NAME
+    good = run_ckpt.read_bytes()
+    run_ckpt.write_bytes(good[: len(good) // 2])
+    assert_clean_error(train("sft", sft_config(world, run, tmp_path, steps=32), "--resume"), "damaged")
+    assert config.read_text() == before
+    run_ckpt.write_bytes(good)
+    res = train("sft", config, "--resume")  # the documented command still works (its one step is done)
+    assert res.exit_code == 0, res.output
+    assert json.loads(config.read_text())["steps"] == 1
+
+
+def test_a_checkpoint_with_a_negative_step_is_refused(world: Path, tmp_path: Path) -> None:
+    # before: a safe-typed checkpoint with "step": -5 resumed and trained steps -4..2
+    run = tmp_path / "run"
+    assert train("sft", sft_config(world, run, tmp_path)).exit_code == 0
+    ckpt = load_checkpoint(run)
+    assert ckpt is not None
+    for key, value in (("step", -5), ("cursor", -1), ("step", True)):
+        save_checkpoint(run, {**ckpt, key: value})
+        res = train("sft", sft_config(world, run, tmp_path, steps=2), "--resume")
+        assert_clean_error(res, str(run / CHECKPOINT_NAME), f"{key} = {value!r}", "non-negative integer")
+    assert [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [1]

@@ -572,3 +572,87 @@ def test_wrong_format_says_which_format_the_file_looks_like(
     path = _write_jsonl(tmp_path / "in.jsonl", records)
     with pytest.raises(CorpusFormatError, match=f"in.jsonl:1[ :].*looks like format '{looks_like}', not '{fmt}'"):
         read_format(fmt, path)
+
+
+# ------------------------------------------------------------------ issue 31: 2, 6
+def test_convert_refuses_to_write_over_its_input(tmp_path: Path) -> None:
+    src = tmp_path / "in.jsonl"
+    write_qa_jsonl(src, [QAExample("q1", "Who?", ("me",))])
+    before = src.read_bytes()
+    with pytest.raises(ValueError, match="--out-qa .* is the input file"):
+        convert("flashrag", src, src)
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(src)
+    with pytest.raises(ValueError, match="is the input file"):
+        convert("flashrag", src, tmp_path / "out.jsonl", link)
+    hotpot = _write_json(tmp_path / "h.json", HOTPOT)
+    hotpot_bytes = hotpot.read_bytes()
+    with pytest.raises(ValueError, match="--out-corpus .* is the input file"):
+        convert("hotpotqa", hotpot, tmp_path / "qa.jsonl", tmp_path / "." / "h.json")
+    assert src.read_bytes() == before and hotpot.read_bytes() == hotpot_bytes
+
+
+def test_a_lone_surrogate_is_refused_on_reading_and_convert_keeps_the_old_pair(tmp_path: Path) -> None:
+    # before: "\ud800" passed every reader and failed at write time, after --out-qa was replaced
+    qa, corpus = tmp_path / "qa.jsonl", tmp_path / "corpus.jsonl"
+    qa.write_text("old questions\n", encoding="utf-8")
+    corpus.write_text("old corpus\n", encoding="utf-8")
+    bad = copy.deepcopy(HOTPOT)
+    bad[1]["context"][0][1][0] = "A sentence \ud800 cut."
+    src = tmp_path / "h.json"
+    src.write_text(json.dumps(bad), encoding="utf-8")  # ensure_ascii: the lone surrogate as an escape
+    with pytest.raises(CorpusFormatError, match=r"h\.json.*context.*not Unicode text.*lone surrogate"):
+        convert("hotpotqa", src, qa, corpus)
+    assert qa.read_text(encoding="utf-8") == "old questions\n"
+    assert corpus.read_text(encoding="utf-8") == "old corpus\n"
+    lines = tmp_path / "c.jsonl"
+    lines.write_text('{"id": "d1", "contents": "T\\nok"}\n{"id": "d2", "contents": "T\\nx\\udc00"}\n', encoding="utf-8")
+    with pytest.raises(CorpusFormatError, match=r"c\.jsonl:2: contents is not Unicode text"):
+        read_corpus(lines)
+    pair = tmp_path / "pair.jsonl"  # a surrogate pair is one character, and fine
+    pair.write_text('{"id": "d1", "contents": "T\\n\\ud83d\\ude00"}\n', encoding="utf-8")
+    assert read_corpus(pair)[0].text == "\U0001f600"
+
+
+def test_convert_replaces_neither_output_when_writing_one_fails(tmp_path: Path, monkeypatch: Any) -> None:
+    import searchenv.tasks.formats as formats
+
+    def failing_lines(documents: Any) -> Any:
+        yield "one line"
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(formats, "corpus_lines", failing_lines)
+    qa, corpus = tmp_path / "qa.jsonl", tmp_path / "corpus.jsonl"
+    qa.write_text("old questions\n", encoding="utf-8")
+    corpus.write_text("old corpus\n", encoding="utf-8")
+    with pytest.raises(OSError, match="No space"):
+        convert("hotpotqa", _write_json(tmp_path / "h.json", HOTPOT), qa, corpus)
+    assert qa.read_text(encoding="utf-8") == "old questions\n"
+    assert corpus.read_text(encoding="utf-8") == "old corpus\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.jsonl", "h.json", "qa.jsonl"]
+
+
+# ------------------------------------------------------------------ issue 31: 8
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"golden_answers": ""}, r"golden_answers"),
+        ({"golden_answers": ["Karsk", " ? "]}, r"answers\[1\] ' \? ' has no letter or digit"),
+        ({"id": "   "}, r"field 'id' must be a non-empty string, got '   '"),
+        ({"metadata": {"hops": -3}}, r"'metadata.hops' must be a positive integer, got -3"),
+        ({"metadata": {"decomposition": [{"question": None, "answer": "x"}]}},
+         r"'metadata.decomposition\[0\].question' must be a non-empty string, got None"),
+        ({"metadata": {"decomposition": [{"question": "Where?", "answer": None}]}},
+         r"'metadata.decomposition\[0\].answer' must be a non-empty string, got None"),
+    ],
+)
+def test_qa_records_that_would_score_anything_or_lie_are_refused(tmp_path: Path, change: dict[str, Any],
+                                                                  message: str) -> None:
+    # before: all of these loaded ("" gold answers made <answer>the</answer> score EM 1.0; None became "None")
+    good = {"id": "q1", "question": "Where was Tobin Quenn born?", "golden_answers": ["Karsk"]}
+    path = _write_jsonl(tmp_path / "qa.jsonl", [good, {**good, "id": "q2", **change}])
+    with pytest.raises(CorpusFormatError, match=rf"qa\.jsonl:2: .*{message}"):
+        read_qa_jsonl(path)
+    with pytest.raises(CorpusFormatError, match=r"qa\.jsonl:2: "):
+        read_format("flashrag", path)
+

@@ -29,6 +29,7 @@ from searchenv.retrievers import (
     open_index,
 )
 from searchenv.retrievers.bm25 import BM25Retriever
+from searchenv.retrievers.index_meta import file_sha256
 
 from .conftest import DOCS
 
@@ -337,3 +338,132 @@ def test_title_less_multiline_document_round_trips_through_an_index(tmp_path: Pa
     for reopened in (r, open_index(tmp_path / "idx", mmap=True)):
         hits = reopened.search_batch(["zebras", "giraffes", "okapis"], 1)
         assert [(h[0].doc_id, h[0].title, h[0].text) for h in hits] == [(d.id, d.title, d.text) for d in docs]
+
+
+# ------------------------------------------------------------------ issue 31: 4
+@pytest.mark.parametrize("mask", [0o022, 0o027])
+def test_written_files_and_folders_honour_the_umask(tmp_path: Path, mask: int) -> None:
+    # before: mkstemp/mkdtemp left every published file 0600 and the data folder 0700, whatever the umask
+    from searchenv.corpus import atomic_write_lines
+    from searchenv.retrievers.index_meta import META_FILE, data_folder
+
+    old = os.umask(mask)
+    try:
+        BM25Retriever.build(DOCS, tmp_path / "idx")
+        atomic_write_lines(tmp_path / "out" / "qa.jsonl", ["{}"])
+    finally:
+        os.umask(old)
+    file_mode, folder_mode = 0o666 & ~mask, 0o777 & ~mask
+    data = data_folder(tmp_path / "idx")
+    assert (tmp_path / "idx" / META_FILE).stat().st_mode & 0o777 == file_mode
+    assert data.stat().st_mode & 0o777 == folder_mode
+    modes = {p.relative_to(data): p.stat().st_mode & 0o777 for p in data.rglob("*")}
+    assert modes == {p.relative_to(data): folder_mode if p.is_dir() else file_mode for p in data.rglob("*")}
+    assert (tmp_path / "out" / "qa.jsonl").stat().st_mode & 0o777 == file_mode
+
+
+# ------------------------------------------------------------------ issue 31: 9
+def test_an_index_build_keeps_files_it_did_not_write(tmp_path: Path) -> None:
+    # before: any .tmp-* or v-<16 hex> entry was deleted (and .encode-* by dense builds), whoever made it
+    from searchenv.retrievers.index_meta import read_meta
+
+    corpus = tmp_path / "corpus.jsonl"
+    write_corpus(corpus, DOCS)
+    out = tmp_path / "out"
+    (out / "v-fedcba9876543210").mkdir(parents=True)
+    (out / "shard-notes-of-x").mkdir()
+    user = ["notes.txt", ".tmp-notes", "v-0123456789abcdef", ".encode-mine", "v-fedcba9876543210/keep.txt"]
+    for name in user:
+        (out / name).write_text("mine\n")
+    orphan = out / "v-00000000000000aa"  # what a build killed after its rename, before the commit, leaves
+    orphan.mkdir()
+    (orphan / "docs.jsonl").write_text("")
+    (orphan / "doc_offsets.npy").write_bytes(b"")
+    runner = CliRunner()
+    for options in ([], ["--option", "k1=1.1"]):
+        res = runner.invoke(get_app(), ["index", "--corpus", str(corpus), "--out", str(out), *options])
+        assert res.exit_code == 0, res.output
+    assert all((out / name).read_text() == "mine\n" for name in user)
+    assert (out / "shard-notes-of-x").is_dir()
+    generations = sorted(p.name for p in out.glob("v-*") if (p / "docs.jsonl").is_file())
+    assert generations == [read_meta(out)["data"]]  # the first build's and the orphan are gone
+
+
+# ------------------------------------------------------------------ issue 31: 7
+def _edit_meta(folder: Path, change: str, redigest: bool) -> None:
+    """Apply ``change`` (a statement on ``m``) to the metadata; with ``redigest``, as a careful forger would."""
+    from searchenv.retrievers.index_meta import META_FILE, meta_digest
+
+    path = folder / META_FILE
+    m = json.loads(path.read_text())
+    exec(change, {"m": m})
+    if redigest:
+        m["meta_sha256"] = meta_digest(m)
+    path.write_text(json.dumps(m))
+
+
+@pytest.mark.parametrize(
+    ("change", "redigest", "message"),
+    [
+        ('m["params"]["stemmer"] = "english"', False, "changed after the build"),  # changes rankings
+        ('m["files"] = {}', False, "changed after the build"),
+        ('m["files"] = {}', True, "does not list the data files"),
+        ('del m["meta_sha256"]', False, "carries no checksum of its own fields"),
+        ('m["params"]["stemmer"] = "klingon"', True, "stemmer must be one of"),
+        ('m["params"] = [1]', True, "garbles 'data', 'files', 'num_docs' or 'params'"),
+        ('m["kind"] = "os:system"', True, "names the index kind 'os:system'"),
+        ("", False, "cannot read it"),  # a broken .npy header (numpy raises TokenError or SyntaxError)
+    ],
+)
+def test_index_metadata_is_verified_and_bad_metadata_is_one_error_line(
+    tmp_path: Path, corpus_file: Path, change: str, redigest: bool, message: str
+) -> None:
+    # before: "files": {} and a changed stemmer passed verify-index, a bad stemmer failed at search,
+    # and params as a list, an unknown kind or a broken .npy header gave tracebacks
+    folder = tmp_path / "idx"
+    build_index("bm25", corpus_file, folder)
+    if change:
+        _edit_meta(folder, change, redigest)
+    else:
+        from searchenv.retrievers.index_meta import data_folder, meta_digest, read_meta
+
+        offsets = data_folder(folder) / "doc_offsets.npy"
+        raw = bytearray(offsets.read_bytes())
+        raw[10:20] = b"XXXXXXXXXX"
+        offsets.write_bytes(bytes(raw))
+        meta = read_meta(folder)  # the forger records the new file, so only reading it can tell
+        meta["files"]["doc_offsets.npy"]["sha256"] = file_sha256(offsets)
+        meta["meta_sha256"] = meta_digest(meta)
+        (folder / "searchenv_index.json").write_text(json.dumps(meta))
+    runner = CliRunner()
+    for args in (["verify-index", str(folder)], ["search", "--index", str(folder), "Karsk", "--json"]):
+        res = runner.invoke(get_app(), args)
+        if args[0] == "search" and message == "carries no checksum of its own fields":
+            assert res.exit_code == 0  # an index built before the checksum still opens; verify-index says why not
+            continue
+        if args[0] == "search" and message == "does not list the data files":
+            continue  # only verify-index lists the folder
+        assert res.exit_code == 2, (args, res.output, res.exception)
+        assert "error:" in res.output and message in res.output and "Traceback" not in res.output, res.output
+
+
+def test_docs_truncated_in_place_under_mmap_is_an_error_not_sigbus(tmp_path: Path) -> None:
+    # before: the documents were memory-mapped, and reading past the new end killed the process (SIGBUS)
+    folder = tmp_path / "idx"  # 200 kB of documents: pages wholly past the new end, not just a partial one
+    BM25Retriever.build([Document(f"p{i}", f"Passage {i}", f"word{i} " + "filler " * 150) for i in range(200)],
+                        folder)
+    script = f"""
+import os, sys
+from searchenv.retrievers import RetrieverError, open_index
+from searchenv.retrievers.index_meta import data_folder
+r = open_index({str(folder)!r}, mmap=True)
+docs = data_folder({str(folder)!r}) / "docs.jsonl"
+os.truncate(docs, docs.stat().st_size // 3)  # in place: the open file shrinks
+try:
+    r.search_batch(["word199", "word150"], 1)
+except RetrieverError as exc:
+    print("error:", exc)
+"""
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, (res.returncode, res.stderr[-2000:])  # -7: SIGBUS
+    assert "docs.jsonl ends before row" in res.stdout and "truncated or rewritten in place" in res.stdout

@@ -10,16 +10,17 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from searchenv.cli import get_app
-from searchenv.tasks.base import QAExample, write_qa_jsonl
+from searchenv.tasks.base import QAExample, blank_answer, write_qa_jsonl
 from searchenv.tasks.rows import example_from_row, task_rows, write_parquet
 
 from .conftest import EXAMPLES
 
 runner = CliRunner()
 text = st.text(min_size=1, max_size=30).filter(lambda s: s.strip())
+answer = text.filter(lambda s: not blank_answer(s))  # "", "?" are refused (issue 31: 8)
 
 
-@given(st.lists(st.tuples(text, st.lists(text, min_size=1, max_size=3), st.lists(text, max_size=3)), min_size=1,
+@given(st.lists(st.tuples(text, st.lists(answer, min_size=1, max_size=3), st.lists(text, max_size=3)), min_size=1,
                 max_size=5))
 def test_rows_round_trip(items: list[tuple[str, list[str], list[str]]]) -> None:
     examples = [QAExample(f"q{i}", q, tuple(a), tuple(e)) for i, (q, a, e) in enumerate(items)]
@@ -29,7 +30,7 @@ def test_rows_round_trip(items: list[tuple[str, list[str], list[str]]]) -> None:
                                                                                 ex.evidence_ids)
 
 
-@given(text, text, st.lists(st.one_of(text, st.integers()), min_size=1, max_size=3),
+@given(text, text, st.lists(st.one_of(answer, st.integers()), min_size=1, max_size=3),
        st.one_of(text, st.lists(st.one_of(text, st.integers()), max_size=3)))
 def test_a_row_gives_the_example_the_dataclass_would(ident: str, question: str, answers: list[object],
                                                      evidence: object) -> None:
@@ -53,6 +54,10 @@ def test_rows_of_other_layouts_and_bad_rows() -> None:
         example_from_row({"answers": ["a"]})
     with pytest.raises(ValueError, match="no gold answers"):
         example_from_row({"question": "q", "reward_model": {"ground_truth": {"target": []}}})
+    # issue 31: 8. A gold answer that normalizes to nothing would let "<answer>the</answer>" score EM 1
+    with pytest.raises(ValueError, match=r"gold answer 1 \('\?'\) has no letter or digit"):
+        example_from_row({"question": "q", "answers": ["Karsk", "?"]})
+    assert example_from_row({"question": "q", "answers": ["A"]}).answers == ("A",)  # a word, if an article
 
 
 def test_rows_command_writes_parquet_verl_reads(tmp_path: Path) -> None:
@@ -76,7 +81,7 @@ def test_rows_command_writes_parquet_verl_reads(tmp_path: Path) -> None:
     assert sorted(p.name for p in out.parent.iterdir()) == ["train.parquet"]  # no temporary file left
 
 
-@given(text, st.lists(text, min_size=1, max_size=3), st.lists(text, max_size=3), st.sampled_from(["dict", "proxy"]))
+@given(text, st.lists(answer, min_size=1, max_size=3), st.lists(text, max_size=3), st.sampled_from(["dict", "proxy"]))
 def test_flat_and_nested_rows_read_the_same(question: str, answers: list[str], evidence: list[str],
                                             info_kind: str) -> None:
     from types import MappingProxyType

@@ -184,7 +184,7 @@ def test_bearer_token(bm25: BM25Retriever) -> None:
 
 
 def test_retriever_failures_are_503_and_bugs_are_json_500_without_internal_text(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake = RecordingRetriever()
     with TestClient(create_app(fake), raise_server_exceptions=False, base_url=BASE) as c:
@@ -199,12 +199,23 @@ def test_retriever_failures_are_503_and_bugs_are_json_500_without_internal_text(
         fake.answer = [[object()]]  # an answer that is not hits: the retriever failed, 503
         r = c.post("/retrieve", json={"queries": ["a"]})
         assert r.status_code == 503 and "list of Hit objects" in caplog.text
-        fake.answer = [[Hit("d1", "t", "x", float("nan"))]]  # a bug while answering (NaN is not JSON): 500
+        # issue 31: 5. Scores that are not finite (a damaged index): the retriever failed, 503; before,
+        # a 500 when the answer could not be written as JSON
+        for score in (float("inf"), float("-inf"), float("nan")):
+            fake.answer = [[Hit("d1", "t", "x", score)]]
+            r = c.post("/retrieve", json={"queries": ["a"], "return_scores": True})
+            assert r.status_code == 503 and "not a finite number" in caplog.text, r.text
+        fake.answer = None
+
+        def bug(*args: object) -> None:
+            raise RuntimeError("a bug while answering")
+
+        monkeypatch.setattr("searchenv.retrievers.server.search_r1_result", bug)
         r = c.post("/retrieve", json={"queries": ["a"], "return_scores": True})
         assert r.status_code == 500
         assert r.json() == {"error": "internal server error; the server log has the details",
                             "detail": "internal server error; the server log has the details"}
-        fake.answer = None
+        monkeypatch.undo()
         assert c.post("/retrieve", json={"queries": ["a"]}).status_code == 200
 
 
@@ -257,6 +268,23 @@ def test_different_k_are_separate_calls_in_one_batch() -> None:
                                               {"queries": ["c"], "topk": 1}]))
     assert [len(r.json()["result"][0]) for r in responses] == [1, 3, 1]
     assert sorted(k for _, k in fake.calls) == [1, 3]
+
+
+def test_a_small_search_waits_for_at_most_one_batch_of_large_ones() -> None:
+    # issue 31: 1. Before, batches were formed in arrival order, so a one-query request behind a
+    # burst of maximum-size ones (clients that never read their answers) waited for all of them
+    fake = RecordingRetriever(delay=0.05)
+    app = create_app(fake, max_batch=4)
+    bodies: list[dict[str, object]] = [{"queries": [f"big{i}-{j}" for j in range(4)], "topk": 2} for i in range(8)]
+    bodies.append({"query": "small", "top_k": 2})
+    responses = asyncio.run(_concurrent(app, bodies))
+    assert all(r.status_code == 200 for r in responses)
+    assert [x["id"] for x in responses[8].json()["results"]] == ["small#0", "small#1"]
+    assert [x["id"] for x in responses[7].json()["result"][3]] == ["big7-3#0", "big7-3#1"]
+    call = next(i for i, (queries, _) in enumerate(fake.calls) if "small" in queries)
+    assert call <= 2, [q[0] for q, _ in fake.calls]  # the first search, one batch of large ones, then it
+    searched = sorted(q for queries, _ in fake.calls for q in queries)
+    assert searched == sorted([f"big{i}-{j}" for i in range(8) for j in range(4)] + ["small"])  # each once
 
 
 def test_without_micro_batching_each_request_is_one_call() -> None:
@@ -410,6 +438,9 @@ def test_tokens_that_cannot_travel_in_a_header_are_refused(token: str) -> None:
         (b'{"queries": ["a"], "topk": ' + b"9" * 5000 + b"}", "unusable JSON value"),
         (b'{"queries": ["a"], "topk": 1e999}', "topk"),
         (b'{"queries": ["a"], "topk": NaN}', "topk"),
+        # issue 31: 2. Before: 500 in the single-query dialect (the answer could not be encoded)
+        (b'{"query": "x\\ud800"}', "query is not Unicode text"),
+        (b'{"queries": ["ok", "x\\udc00"], "topk": 1}', "queries[1] is not Unicode text"),
     ],
 )
 def test_hostile_json_bodies_are_4xx_never_500(bm25: BM25Retriever, body: bytes, message: str) -> None:

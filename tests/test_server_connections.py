@@ -1,7 +1,10 @@
-"""``searchenv serve`` as a real process against idle, slow and too many connections (issue 16, item 2)."""
+"""``searchenv serve`` as a real process against idle, slow, unread and too many connections (issues 16 and 31)."""
 
 from __future__ import annotations
 
+import errno
+import json
+import os
 import select
 import socket
 import subprocess
@@ -17,6 +20,7 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 httpx = pytest.importorskip("httpx")
 
+from searchenv.corpus import Document  # noqa: E402
 from searchenv.retrievers.bm25 import BM25Retriever  # noqa: E402
 
 from .conftest import DOCS, stop_process  # noqa: E402
@@ -38,8 +42,8 @@ def _free_port() -> int:
 
 
 @contextmanager
-def _serve(index: Path, log: Path, *options: str, nofile: int | None = None) -> Iterator[str]:
-    """``searchenv serve`` on a free loopback port, optionally under a lowered RLIMIT_NOFILE.
+def _serve(index: Path, log: Path, *options: str, nofile: int | None = None) -> Iterator[tuple[str, int]]:
+    """``searchenv serve`` on a free loopback port, optionally under a lowered RLIMIT_NOFILE: (URL, pid).
 
     Its output goes to ``log`` (a pipe nobody reads would block the server once full).
     """
@@ -60,7 +64,7 @@ def _serve(index: Path, log: Path, *options: str, nofile: int | None = None) -> 
                 if proc.poll() is not None or time.monotonic() > deadline:
                     pytest.fail(f"server did not start: {log.read_text()}")
                 time.sleep(0.1)
-        yield url
+        yield url, proc.pid
     finally:
         stop_process(proc)
         out.close()
@@ -125,7 +129,7 @@ def _answered_soon(method: str, url: str, **kwargs: object) -> httpx.Response:
 def test_many_idle_connections_under_a_low_fd_limit_do_not_stop_health(index: Path, tmp_path: Path) -> None:
     # 150 idle sockets against a server limited to 128 file descriptors, default settings
     log = tmp_path / "serve.log"
-    with _serve(index, log, nofile=128) as url:
+    with _serve(index, log, nofile=128) as (url, _):
         idle = _connect_many(url, 150)
         try:
             t0 = time.monotonic()
@@ -149,7 +153,7 @@ def test_idle_and_slow_connections_are_closed_after_the_timeouts(index: Path, tm
     auth = {"Authorization": "Bearer s3cret"}
     options = ("--request-timeout", "1.5", "--keep-alive-timeout", "1", "--max-connections", "20",
                "--token-file", str(token_file))
-    with _serve(index, tmp_path / "serve.log", *options) as url:
+    with _serve(index, tmp_path / "serve.log", *options) as (url, _):
         host = url.removeprefix("http://")
         head = f"POST /retrieve HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer s3cret\r\n".encode()
         t0 = time.monotonic()
@@ -195,3 +199,179 @@ def test_idle_and_slow_connections_are_closed_after_the_timeouts(index: Path, tm
             for s in [*sockets.values(), drip]:
                 with suppress(OSError):
                     s.close()
+
+
+@pytest.fixture(scope="module")
+def long_index(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """100 passages of about 1 kB each, so that one answer outgrows every buffer of the kernel."""
+    folder = tmp_path_factory.mktemp("long") / "idx"
+    docs = [Document(f"p{i}", f"Passage {i}", " ".join(f"word{(i * 7 + j) % 50}" for j in range(150)))
+            for i in range(100)]
+    BM25Retriever.build(docs, folder)
+    return folder
+
+
+#: A request answered with about 6.6 MB: more than a loopback socket's kernel buffers (4 MB) hold.
+_BIG = json.dumps({"queries": ["word3 passage"] * 60, "topk": 100, "return_scores": True}).encode()
+
+
+def _post(host: str, body: bytes, close: bool = False) -> bytes:
+    extra = "Connection: close\r\n" if close else ""
+    return (f"POST /retrieve HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n{extra}\r\n").encode() + body
+
+
+def _health(host: str) -> bytes:
+    return f"GET /health HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+
+
+def _never_readers(url: str, n: int, data: bytes) -> list[socket.socket]:
+    """``n`` connections, opened at once, that send ``data`` and never read (a 4 kB receive buffer)."""
+    host, port = url.removeprefix("http://").split(":")
+    sockets = []
+    for _ in range(n):
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.setblocking(False)
+        s.connect_ex((host, int(port)))
+        sockets.append(s)
+    pending = list(sockets)
+    end = time.monotonic() + 5
+    while pending and time.monotonic() < end:
+        pending = [s for s in pending if s not in select.select([], pending, [], 0.1)[1]]
+    for s in sockets:
+        s.setblocking(True)
+        s.sendall(data)
+    return sockets
+
+
+def _open_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts the server's descriptors in /proc")
+def test_clients_that_never_read_are_dropped_after_the_write_timeout(long_index: Path, tmp_path: Path) -> None:
+    # before: a connection closed with its answer unsent (keep-alive timeout, Connection: close) kept
+    # its descriptor and the answer forever, and a pipelined one waited forever to write the next answer
+    options = ("--write-timeout", "1", "--keep-alive-timeout", "1")
+    with _serve(long_index, tmp_path / "serve.log", *options) as (url, pid):
+        host = url.removeprefix("http://")
+        baseline = _open_fds(pid)
+        kinds = {
+            "kept alive": _post(host, _BIG),
+            "Connection: close": _post(host, _BIG, close=True),
+            "pipelined": _post(host, _BIG) + _health(host),
+        }
+        sockets = {name: _never_readers(url, 2, data) for name, data in kinds.items()}
+        try:
+            t0 = time.monotonic()
+            held = [_open_fds(pid) - baseline]
+            # all 6 accepted, then none of them left (the baseline may count one closing connection)
+            while max(held) - held[-1] < 6 or held[-1] > 0:
+                if time.monotonic() - t0 > 10.0:
+                    pytest.fail(f"server descriptors above baseline, every 0.1 s: {held}")
+                time.sleep(0.1)
+                held.append(_open_fds(pid) - baseline)
+            # write timeout 1 s after each of 6 answers of 6.6 MB (about 0.25 s each to make)
+            assert time.monotonic() - t0 < 6.0, held
+            assert httpx.get(url + "/health", timeout=5.0, trust_env=False).status_code == 200
+        finally:
+            for group in sockets.values():
+                for s in group:
+                    s.close()
+
+
+def test_clients_that_never_read_do_not_hold_the_connection_slots(long_index: Path, tmp_path: Path) -> None:
+    # 20 pipelining clients that never read fill a cap of 20: before, every newcomer got a 503 forever
+    options = ("--write-timeout", "1", "--max-connections", "20")
+    with _serve(long_index, tmp_path / "serve.log", *options) as (url, _):
+        host = url.removeprefix("http://")
+        stuck = _never_readers(url, 20, _post(host, _BIG) + _health(host))
+        try:
+            t0 = time.monotonic()
+            statuses = []
+            while time.monotonic() - t0 < 6.0:
+                r = httpx.get(url + "/health", timeout=5.0, trust_env=False)
+                statuses.append(r.status_code)
+                if r.status_code == 200:
+                    break
+                time.sleep(0.2)
+            assert statuses[-1] == 200, statuses
+            assert time.monotonic() - t0 < 3.5, statuses
+        finally:
+            for s in stuck:
+                s.close()
+
+
+def test_a_slow_reader_gets_its_whole_answer(long_index: Path, tmp_path: Path) -> None:
+    # the write timeout is a time without progress, as nginx's send_timeout: a client that reads
+    # slowly but steadily (256 kB per 0.1 s, 6.6 MB in about 2.5 s; 0.5 s timeout) is not cut
+    with _serve(long_index, tmp_path / "serve.log", "--write-timeout", "0.5") as (url, _):
+        host, port = url.removeprefix("http://").split(":")
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        s.connect((host, int(port)))
+        with s:
+            s.sendall(_post(f"{host}:{port}", _BIG, close=True))
+            chunks = []
+            t0 = time.monotonic()
+            got = 0
+            while chunk := s.recv(65536):
+                chunks.append(chunk)
+                got += len(chunk)
+                if got >= 256 * 1024:
+                    got = 0
+                    time.sleep(0.1)
+            elapsed = time.monotonic() - t0
+        head, _, body = b"".join(chunks).partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200")
+        assert len(json.loads(body)["result"]) == 60
+        assert elapsed > 1.5  # slow enough that a cut after 0.5 s without progress would have shown
+
+
+def _reset(s: socket.socket) -> bool:
+    """Whether the server reset ``s``, seen without reading from it."""
+    return s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == errno.ECONNRESET
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts the server's descriptors in /proc")
+def test_connections_closed_with_unread_answers_count_against_the_cap(long_index: Path, tmp_path: Path) -> None:
+    # before: past the keep-alive timeout a connection with an unread answer was closing, kept its
+    # descriptor, and was not counted, so the cap let in as many more as came
+    options = ("--max-connections", "4", "--keep-alive-timeout", "1", "--write-timeout", "60")
+    with _serve(long_index, tmp_path / "serve.log", *options) as (url, pid):
+        host = url.removeprefix("http://")
+        baseline = _open_fds(pid)
+        first = _never_readers(url, 4, _post(host, _BIG))
+        time.sleep(3.0)  # answered (4 x 0.25 s) and closed by the keep-alive timeout, all unread
+        second = _never_readers(url, 4, _post(host, _BIG))
+        try:
+            held = []
+            for _ in range(20):
+                time.sleep(0.1)
+                held.append(_open_fds(pid) - baseline)
+            assert max(held) <= 4 + 1, held  # the cap, and perhaps one closing connection in the baseline
+            assert sum(map(_reset, first)) == 4  # the closed ones made room for the newcomers
+            assert _answered_soon("GET", url + "/health").status_code == 200
+        finally:
+            for s in first + second:
+                s.close()
+
+
+def test_unread_answers_stay_within_max_unsent_bytes(long_index: Path, tmp_path: Path) -> None:
+    # before: every connection kept its whole unread answer (here about 3 MB each beyond the kernel's
+    # buffers) until its client read it, so N such clients grew the server by N answers
+    options = ("--max-unsent-bytes", "5000000", "--write-timeout", "60")
+    with _serve(long_index, tmp_path / "serve.log", *options) as (url, _):
+        clients = _never_readers(url, 6, _post(url.removeprefix("http://"), _BIG))
+        try:
+            reset: set[int] = set()
+            t0 = time.monotonic()
+            while len(reset) < 5 and time.monotonic() - t0 < 8.0:
+                reset |= {i for i, s in enumerate(clients) if _reset(s)}
+                time.sleep(0.1)
+            assert len(reset) == 5, reset  # one answer of about 3 MB fits 5 MB, two do not
+            assert httpx.get(url + "/health", timeout=5.0, trust_env=False).status_code == 200
+        finally:
+            for s in clients:
+                s.close()

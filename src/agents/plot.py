@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from searchenv.files import publishable
+
 #: (metric key, panel title) drawn when present, in order.
 PANELS: tuple[tuple[str, str], ...] = (
     ("reward_mean", "reward (mean)"),
@@ -110,6 +112,7 @@ def plot_runs(
     os.close(fd)
     try:
         fig.savefig(tmp, dpi=110)
+        publishable(tmp)
         os.replace(tmp, target)
     finally:
         plt.close(fig)

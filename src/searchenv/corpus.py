@@ -11,10 +11,11 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from searchenv.files import publishable
 from searchenv.jsonsafe import iter_jsonl
 
 
@@ -149,23 +150,42 @@ def read_corpus(path: str | os.PathLike[str]) -> list[Document]:
 def atomic_write_lines(path: str | os.PathLike[str], lines: Iterable[str]) -> None:
     """Write lines to ``path`` through a temporary file and an atomic rename.
 
-    A failure part-way leaves any previous file at ``path`` untouched.
+    A failure part-way leaves any previous file at ``path`` untouched. The file gets the mode
+    ``open`` would give it (0666 less the umask).
 
     Args:
         path: Destination file.
         lines: Lines without trailing newlines.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    atomic_write_files([(path, lines)])
+
+
+def atomic_write_files(files: Sequence[tuple[str | os.PathLike[str], Iterable[str]]]) -> None:
+    """Write several files as :func:`atomic_write_lines` does, renaming none until all are written.
+
+    A failure while writing any of them (a full disk, text that cannot be encoded) leaves every
+    previous file in place, so files that belong together are not left mismatched.
+
+    Args:
+        files: ``(destination, lines without trailing newlines)`` pairs.
+    """
+    staged: list[tuple[str, Path]] = []
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for line in lines:
-                f.write(line)
-                f.write("\n")
-        os.replace(tmp, path)
+        for path, lines in files:
+            path = Path(path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+            staged.append((tmp, path))
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                for line in lines:
+                    f.write(line)
+                    f.write("\n")
+            publishable(tmp)
+        for tmp, path in staged:
+            os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        for tmp, _ in staged:
+            Path(tmp).unlink(missing_ok=True)
         raise
 
 
@@ -176,7 +196,12 @@ def write_corpus(path: str | os.PathLike[str], documents: Iterable[Document]) ->
         path: Destination file.
         documents: Documents to write (may be a generator: memory stays bounded).
     """
-    atomic_write_lines(path, (json.dumps(d.to_json(), ensure_ascii=False) for d in documents))
+    atomic_write_lines(path, corpus_lines(documents))
+
+
+def corpus_lines(documents: Iterable[Document]) -> Iterator[str]:
+    """The lines of a FlashRAG JSONL corpus file (:func:`write_corpus`)."""
+    return (json.dumps(d.to_json(), ensure_ascii=False) for d in documents)
 
 
 def corpus_fingerprint(documents: Iterable[Document]) -> str:

@@ -4,7 +4,12 @@
 ``{"id", "title", "text"}`` object per line: title and text are kept apart, so every document
 comes back exactly as it went in (a title-less document whose text has several lines keeps an
 empty title). ``doc_offsets.npy`` holds the byte offset of each line, so document ``i`` is read
-(optionally through a memory map) without loading the whole corpus into Python objects.
+(optionally straight from the file) without loading the whole corpus into Python objects.
+
+Read "memory-mapped" (``mmap_mode``), documents are read with ``os.pread`` from an open file
+rather than through a memory map: a ``docs.jsonl`` truncated in place then gives a short read and
+an error naming the file, where a memory map would kill the process with SIGBUS. Pages still come
+from the page cache, so a large corpus costs the process no memory.
 """
 
 from __future__ import annotations
@@ -30,7 +35,8 @@ class DocStore:
 
     Args:
         folder: A folder written by :meth:`write`.
-        mmap_mode: Memory-map the documents instead of reading them into memory.
+        mmap_mode: Read each document from the file when asked for (offsets memory-mapped) instead of
+            reading them all into memory.
     """
 
     def __init__(self, folder: str | os.PathLike[str], *, mmap_mode: bool = False) -> None:
@@ -39,18 +45,24 @@ class DocStore:
             folder / OFFSETS_FILE, allow_pickle=False, mmap_mode="r" if mmap_mode else None
         )
         self._path = folder / DOCS_FILE
-        self._buf: bytes | mmap.mmap
-        if mmap_mode:
+        self._buf: bytes | mmap.mmap = b""  # the documents, unless read from ``_fd``
+        self._fd: int | None = None
+        if mmap_mode and hasattr(os, "pread"):
+            self._fd = os.open(self._path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            size = os.fstat(self._fd).st_size
+        elif mmap_mode:  # no pread (Windows): a memory map
             with self._path.open("rb") as f:
                 size = os.fstat(f.fileno()).st_size
                 self._buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
         else:
             self._buf = self._path.read_bytes()
+            size = len(self._buf)
         offsets = self._offsets
         if offsets.ndim != 1 or offsets.dtype != np.int64 or not len(offsets) or offsets[0] != 0 or (
-            offsets[-1] != len(self._buf)
+            offsets[-1] != size
         ):
-            raise ValueError(f"{folder / OFFSETS_FILE} does not describe the {len(self._buf)} bytes of {self._path}")
+            self.close()
+            raise ValueError(f"{folder / OFFSETS_FILE} does not describe the {size} bytes of {self._path}")
         self._ids: list[str] | None = None
 
     def __len__(self) -> int:
@@ -59,7 +71,23 @@ class DocStore:
     def __getitem__(self, row: int) -> Document:
         start, end = int(self._offsets[row]), int(self._offsets[row + 1])
         where = f"{self._path}:row {row}"
-        return document_from_record(loads(self._buf[start:end], where), where)
+        if self._fd is None:
+            raw = self._buf[start:end]
+        else:
+            raw = os.pread(self._fd, end - start, start)
+            if len(raw) != end - start:
+                raise ValueError(f"{self._path} ends before row {row} (byte {start + len(raw)} of {end}): it was "
+                                 "truncated or rewritten in place after the index was opened")
+        return document_from_record(loads(raw, where), where)
+
+    def close(self) -> None:
+        """Release the open file (reading documents afterwards fails); safe to call twice."""
+        fd, self._fd = getattr(self, "_fd", None), None
+        if fd is not None:
+            os.close(fd)
+
+    def __del__(self) -> None:
+        self.close()
 
     def __iter__(self) -> Iterator[Document]:
         for i in range(len(self)):

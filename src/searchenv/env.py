@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -650,7 +651,8 @@ def search_or_error(retriever: Retriever, queries: Sequence[str], k: int) -> lis
     Any ``Exception`` the retriever raises (a :class:`RetrieverError`, or e.g. a
     ``RecursionError``, ``ValueError`` or ``IndexError`` from a damaged index or a user's
     retriever) is returned as is, and an answer of the wrong shape (not one list of
-    :class:`Hit` per query) as a :class:`RetrieverError`. :meth:`SearchQAEnv.finish_step`
+    :class:`Hit` per query) or with a score that is not a finite number as a
+    :class:`RetrieverError`. :meth:`SearchQAEnv.finish_step`
     turns either into an infrastructure-error step. ``KeyboardInterrupt`` and ``SystemExit``
     still propagate.
 
@@ -672,11 +674,21 @@ def search_or_error(retriever: Retriever, queries: Sequence[str], k: int) -> lis
     for per_query in hits:
         if not isinstance(per_query, Sequence) or not all(map(_is_hit, per_query)):
             return RetrieverError("retriever returned something other than a list of Hit objects per query")
+        if not all(_finite(hit.score) for hit in per_query):
+            return RetrieverError("retriever returned a score that is not a finite number (inf or NaN; "
+                                  "a damaged index?)")
     return [list(per_query) for per_query in hits]
 
 
 def _is_hit(hit: object) -> bool:
     return isinstance(hit, Hit) and all(isinstance(v, str) for v in (hit.doc_id, hit.title, hit.text))
+
+
+def _finite(score: object) -> bool:
+    try:
+        return math.isfinite(score)  # type: ignore[arg-type]
+    except TypeError:  # not a number at all
+        return False
 
 
 def _bounded(text: str, limit: int) -> str:

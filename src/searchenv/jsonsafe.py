@@ -5,12 +5,17 @@ syntax, ``UnicodeDecodeError`` on bytes that are not UTF-8, ``RecursionError`` o
 arrays, and a bare ``ValueError`` on integers longer than ``sys.get_int_max_str_digits()``. Every
 reader of this package goes through :func:`loads` or :func:`iter_jsonl`, which turn all four into
 one error class whose message names the place (file and line, or request) and the reason.
+
+It also refuses what ``json`` accepts silently: a lone surrogate escape (``"\ud800"`` without its
+pair), which makes a ``str`` that is not Unicode text and fails only when written as UTF-8, far
+from the file and line it came from. The message names the field.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -41,6 +46,30 @@ def _depth_exceeds(value: Any, max_depth: int) -> bool:
     return False
 
 
+#: A surrogate escape in JSON text (paired or not), or a surrogate code point itself.
+_SURROGATE_HINT = re.compile(r"\\u[dD][89a-fA-F]|[\ud800-\udfff]")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def _lone_surrogate(value: Any) -> tuple[str, str] | None:
+    """``(field, string)`` of the first string (key or value) holding a lone surrogate, else ``None``."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, field = stack.pop()
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                return field or "the value", item
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                name = f"{field}.{key}" if field else str(key)
+                if _SURROGATE.search(key):
+                    return f"the key {name!r}", key
+                stack.append((child, name))
+        elif isinstance(item, list):
+            stack.extend((child, f"{field}[{i}]") for i, child in enumerate(item))
+    return None
+
+
 def loads(
     data: str | bytes,
     where: str,
@@ -60,8 +89,8 @@ def loads(
         The parsed value.
 
     Raises:
-        ValueError: An instance of ``error`` for invalid syntax, invalid UTF-8, nesting too
-            deep, or an integer too long to convert.
+        ValueError: An instance of ``error`` for invalid syntax, invalid UTF-8, a lone
+            surrogate in a string, nesting too deep, or an integer too long to convert.
     """
     if isinstance(data, bytes):
         try:
@@ -79,6 +108,10 @@ def loads(
         raise error(f"{where}: unusable JSON value ({exc})") from None
     if max_depth is not None and _depth_exceeds(value, max_depth):
         raise error(f"{where}: JSON nested deeper than {max_depth} levels")
+    if _SURROGATE_HINT.search(data) and (bad := _lone_surrogate(value)) is not None:
+        field, text = bad
+        raise error(f"{where}: {field} is not Unicode text: {text[:80]!r} holds a lone surrogate "
+                    "(a \\ud800-\\udfff escape without its pair)")
     return value
 
 

@@ -72,6 +72,7 @@ import numpy as np
 
 from agents.policies.attention import use_grouped_sdpa
 from agents.policies.base import Generation, chat_template_ids, check_sampling
+from searchenv.files import publishable
 
 if TYPE_CHECKING:
     import torch
@@ -167,6 +168,7 @@ def convert_gguf(gguf_file: str | os.PathLike[str], out_dir: str | os.PathLike[s
     try:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        publishable(tmp)
         try:
             os.rename(tmp, out)
         except OSError:

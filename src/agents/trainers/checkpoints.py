@@ -62,7 +62,9 @@ def start_run(cfg: TrainConfig, *, resume: bool, overwrite: bool) -> Path:
         overwrite: Replace a run already in the folder.
 
     Returns:
-        The run folder (created if needed), with ``config.json`` written atomically.
+        The run folder (created if needed). A new run's ``config.json`` is written now
+        (atomically); a resumed run's only once its checkpoint is known to fit
+        (:func:`restore_training_state`), so a refused resume leaves the run's settings as they were.
 
     Raises:
         ValueError: If both ``resume`` and ``overwrite`` are set.
@@ -88,8 +90,14 @@ def start_run(cfg: TrainConfig, *, resume: bool, overwrite: bool) -> Path:
     if overwrite:
         for name in (CHECKPOINT_NAME, METRICS_NAME):
             (run / name).unlink(missing_ok=True)
-    atomic_write_lines(run / CONFIG_NAME, [json.dumps(cfg.to_dict(), indent=2)])
+    if not resume:
+        write_config(run, cfg)
     return run
+
+
+def write_config(run: Path, cfg: TrainConfig) -> None:
+    """Write the run's ``config.json`` atomically (what ``--config run/config.json --resume`` reads back)."""
+    atomic_write_lines(run / CONFIG_NAME, [json.dumps(cfg.to_dict(), indent=2)])
 
 
 def save_checkpoint(run_dir: str | Path, state: Mapping[str, Any]) -> Path:
@@ -187,6 +195,7 @@ def restore_training_state(
     run_dir: str | Path,
     *,
     kind: str,
+    cfg: TrainConfig,
     model: torch.nn.Module,
     optimizer: Any,
     scheduler: Any,
@@ -194,11 +203,15 @@ def restore_training_state(
     order: DataOrder,
     extra: Mapping[str, torch.nn.Module] | None = None,
 ) -> tuple[int, dict[str, Any] | None]:
-    """Load what :func:`save_training_state` wrote, if there is a checkpoint.
+    """Load what :func:`save_training_state` wrote, if there is a checkpoint; then write ``cfg`` as the run's config.
+
+    The config is written only after everything loaded and fits, so a refused resume (another
+    trainer's checkpoint, a damaged or misfitting one) leaves ``config.json`` as it was.
 
     Args:
         run_dir: The run folder.
         kind: The trainer resuming (``sft``, ``grpo``, ``ppo``); must be the one that wrote it.
+        cfg: The settings the run continues with.
         model: The policy model.
         optimizer: Its optimizer.
         scheduler: Its learning-rate scheduler.
@@ -210,11 +223,13 @@ def restore_training_state(
         (the step to continue after, the checkpoint dict) or (0, None) when there is no checkpoint.
 
     Raises:
-        CheckpointError: If the checkpoint is damaged, unsafe, of another trainer, or does not fit.
+        CheckpointError: If the checkpoint is damaged, unsafe, of another trainer, does not fit,
+            or holds a step or data position that is not a non-negative integer.
     """
     path = Path(run_dir) / CHECKPOINT_NAME
     ckpt = load_checkpoint(run_dir)
     if ckpt is None:
+        write_config(Path(run_dir), cfg)
         return 0, None
     modules = dict(extra or {})
     _require(ckpt, path, (*_STATE_KEYS, *modules))
@@ -223,6 +238,11 @@ def restore_training_state(
             f"{path} was written by `searchenv train {ckpt['kind']}`, not {kind}: resume it with that trainer, "
             "or start this one in another output_dir (init_from can start from that run's weights)"
         )
+    for key in ("step", "cursor"):
+        value = ckpt[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise CheckpointError(f"checkpoint {path} holds {key} = {value!r:.40}, not a non-negative integer: "
+                                  f"{_TO_DO}")
     try:
         loaded = model.load_state_dict(ckpt["model"], strict=False)
         if loaded.unexpected_keys:
@@ -239,6 +259,7 @@ def restore_training_state(
             f"{path} does not fit this run ({exc}); resume with the run's own settings (model, lora), "
             "or start over with --overwrite"
         ) from None
+    write_config(Path(run_dir), cfg)
     return step, ckpt
 
 

@@ -170,7 +170,7 @@ def train_ppo(
     start = 0
     if resume:
         start, ckpt = restore_training_state(
-            run_dir, kind="ppo", model=model, optimizer=opt, scheduler=sched, gen=gen, order=order,
+            run_dir, kind="ppo", cfg=cfg, model=model, optimizer=opt, scheduler=sched, gen=gen, order=order,
             extra={"value_head": head},
         )
     log = MetricsLog(run_dir, start)

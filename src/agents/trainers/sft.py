@@ -212,7 +212,7 @@ def train_sft(
     start = 0
     if resume:
         start, ckpt = restore_training_state(
-            run_dir, kind="sft", model=model, optimizer=opt, scheduler=sched, gen=gen, order=order
+            run_dir, kind="sft", cfg=cfg, model=model, optimizer=opt, scheduler=sched, gen=gen, order=order
         )
     log = MetricsLog(run_dir, start)
     bar = progress_bar(cfg.steps, start, cfg.progress, "sft")

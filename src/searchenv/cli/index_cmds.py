@@ -63,18 +63,19 @@ def index(
 def verify_index(
     index_dir: Annotated[Path, typer.Argument(metavar="INDEX", help="An index folder from `searchenv index`.")],
 ) -> None:
-    """Check every file of an index against the sizes, counts and SHA-256 checksums recorded at build."""
+    """Check an index: metadata and files against the checksums, sizes and counts recorded at build; one search."""
     from searchenv.retrievers import RetrieverError, open_index
     from searchenv.retrievers.index_meta import read_meta
 
     try:
-        open_index(index_dir, mmap=True, verify=True)
+        retriever = open_index(index_dir, mmap=True, verify=True)
         meta = read_meta(index_dir)
+        retriever.search_batch(["searchenv verify-index"], 1)  # the parameters work (stemmer, encoder)
     except RetrieverError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-    typer.echo(f"{index_dir}: {meta['kind']} index of {meta['num_docs']} documents, "
-               f"{len(meta['files'])} files match their checksums")
+    typer.echo(f"{index_dir}: {meta['kind']} index of {meta['num_docs']} documents; its metadata and "
+               f"{len(meta['files'])} files match their checksums, and it answers a search")
 
 
 def search(

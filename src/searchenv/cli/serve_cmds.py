@@ -129,6 +129,12 @@ def serve(
         float, typer.Option(help="Seconds for a request to arrive whole, from connect or its first byte.", min=0.01)
     ] = 10.0,
     keep_alive_timeout: Annotated[int, typer.Option(help="Seconds an idle connection stays open.", min=1)] = 5,
+    write_timeout: Annotated[float, typer.Option(
+        help="Seconds an answer may wait with none of it read: a client that stops reading for this long is "
+             "disconnected and its answer dropped.", min=0.01)] = 10.0,
+    max_unsent_bytes: Annotated[int, typer.Option(
+        help="Most bytes of answers waiting for their clients, all connections together; over it the "
+             "connections that have waited longest without reading are dropped.", min=1)] = 256 * 1024 * 1024,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
     msgpack: Annotated[bool, typer.Option(
         "--msgpack", help="Also read request bodies sent without a Content-Type as msgpack (GEM's search client "
@@ -181,7 +187,8 @@ def serve(
             allowed_hosts=[*DEFAULT_ALLOWED_HOSTS, *([] if _is_ip(host) else [host]), *(allowed_host or [])],
             accept_untyped_msgpack=msgpack,
         )
-        connections = ConnectionLimits(max_connections, request_timeout, keep_alive_timeout)
+        connections = ConnectionLimits(max_connections, request_timeout, keep_alive_timeout, write_timeout,
+                                       max_unsent_bytes)
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

@@ -92,9 +92,10 @@ def convert(
     if fmt not in FORMATS:
         raise typer.BadParameter(f"unknown format {fmt!r}; choose from {', '.join(FORMATS)}", param_hint="--format")
     try:
-        check_outputs(fmt, out_qa, out_corpus)
+        check_outputs(fmt, out_qa, out_corpus, src)
     except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--out-corpus") from None
+        hint = "--out-qa" if "--out-qa" in str(exc) else "--out-corpus"
+        raise typer.BadParameter(str(exc), param_hint=hint) from None
     try:
         counts = run_convert(fmt, src, out_qa, out_corpus)
     except (ValueError, OSError) as exc:  # the input (CorpusFormatError names the place) or a failed write

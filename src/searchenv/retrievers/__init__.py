@@ -16,10 +16,12 @@ from typing import Any
 
 from searchenv.retrievers.base import Hit, Retriever, RetrieverError, check_k
 from searchenv.retrievers.index_meta import (
+    META_FILE,
     IndexIntegrityError,
     StaleIndexError,
     another_corpus,
     check_fresh,
+    damaged,
     file_sha256,
     index_lock,
     read_meta,
@@ -107,7 +109,12 @@ def open_index(
     meta = read_meta(folder)
     if corpus is not None:
         check_fresh(folder, corpus)
-    cls = _index_class(meta["kind"])
+    try:
+        cls = _index_class(meta["kind"])
+    except (ValueError, KeyError, TypeError):  # a kind this searchenv does not know: never imported
+        raise damaged(folder, {k: v for k, v in meta.items() if k != "kind"},
+                      f"{META_FILE} names the index kind {meta.get('kind')!r:.60}, which is not one of "
+                      f"{', '.join(index_kinds())}") from None
     accepted = inspect.signature(cls.load).parameters
     for name in options:
         if name not in accepted or name in ("folder", "mmap", "verify"):

@@ -7,6 +7,11 @@ loop never blocks and a batched index (BM25 over a query matrix, a dense encoder
 server) answers many queries at once. There is no waiting window by default: a lone caller is
 searched at once, and the searches that arrive while a search runs form the next batch. A failed
 search fails every caller of that batch with the same exception.
+
+Batches are formed in turn from the oldest waiting searches and from the smallest (fewest
+queries), so a one-query search waits for at most one batch of large ones however many are
+queued (a burst of maximum-size requests cannot hold a small one for minutes), and a large search
+still gets every other batch however many small ones keep arriving.
 """
 
 from __future__ import annotations
@@ -82,24 +87,25 @@ class MicroBatcher:
         check_k(self.workers)
         self._executor = ThreadPoolExecutor(self.workers, thread_name_prefix="searchenv-search")
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._queue: asyncio.Queue[_Pending] | None = None
+        self._pending: list[_Pending] | None = None  # in arrival order; touched on the loop only
         self._consumers: list[asyncio.Task[None]] = []
+        self._smallest_next = False
         self._lock = threading.Lock()
 
-    def _ensure_running(self) -> asyncio.Queue[_Pending]:
+    def _ensure_running(self) -> list[_Pending]:
         loop = asyncio.get_running_loop()
         with self._lock:
-            if self._loop is not loop or self._queue is None:
+            if self._loop is not loop or self._pending is None:
                 # First request, or a new event loop (e.g. a test client that opened another one).
                 self._loop = loop
-                self._queue = asyncio.Queue()
+                self._pending = []
                 self._consumers = []
             # A consumer runs while there is work and then ends, so no task is left pending on a
             # loop its owner stops using; up to ``workers`` of them search at a time.
             self._consumers = [t for t in self._consumers if not t.done()]
             if len(self._consumers) < self.workers:
-                self._consumers.append(loop.create_task(self._consume(self._queue)))
-            return self._queue
+                self._consumers.append(loop.create_task(self._consume(self._pending)))
+            return self._pending
 
     async def search(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
         """Search ``queries`` with the others that arrive within the window.
@@ -120,9 +126,8 @@ class MicroBatcher:
             if isinstance(results, Exception):
                 raise results
             return results
-        queue = self._ensure_running()
         future: asyncio.Future[list[list[Hit]]] = loop.create_future()
-        await queue.put(_Pending(queries, k, future))
+        self._ensure_running().append(_Pending(queries, k, future))
         return await future
 
     def _count(self, requests: int, queries: int) -> None:
@@ -131,19 +136,39 @@ class MicroBatcher:
         self.stats.search_calls += 1
         self.stats.largest_batch = max(self.stats.largest_batch, queries)
 
-    async def _consume(self, queue: asyncio.Queue[_Pending]) -> None:
+    def _take(self, pending: list[_Pending], size: int = 0) -> list[_Pending]:
+        """Remove and return the next searches of a batch that holds ``size`` queries so far.
+
+        The first is always taken; then more while the batch is under ``max_batch``, in arrival
+        order or smallest first, by turns (see the module docstring).
+        """
+        if self._smallest_next:
+            order = sorted(range(len(pending)), key=lambda i: len(pending[i].queries))  # stable: oldest first
+        else:
+            order = list(range(len(pending)))
+        taken: list[int] = []
+        for i in order:
+            if taken and size >= self.max_batch:
+                break
+            taken.append(i)
+            size += len(pending[i].queries)
+        batch = [pending[i] for i in taken]
+        for i in sorted(taken, reverse=True):
+            del pending[i]
+        return batch
+
+    async def _consume(self, pending: list[_Pending]) -> None:
         loop = asyncio.get_running_loop()
-        while not queue.empty():
-            batch = [queue.get_nowait()]
-            size = len(batch[0].queries)
+        while pending:
+            self._smallest_next = not self._smallest_next
+            batch = self._take(pending)
+            size = sum(len(item.queries) for item in batch)
             # This worker is idle, so nothing is gained by making the request wait: search what is
             # queued now; requests that arrive while the search runs queue up and form the next batch.
             if size < self.max_batch and self.window_s > 0:
                 await asyncio.sleep(self.window_s)
-            while size < self.max_batch and not queue.empty():
-                item = queue.get_nowait()
-                batch.append(item)
-                size += len(item.queries)
+                if pending:
+                    batch += self._take(pending, size)
             groups: dict[int, list[_Pending]] = {}
             for item in batch:
                 if not item.future.done():  # skip requests whose client went away
@@ -174,5 +199,5 @@ class MicroBatcher:
             except (asyncio.CancelledError, RuntimeError):
                 pass
         self._consumers = []
-        self._queue = None
+        self._pending = None
         self._executor.shutdown(wait=False, cancel_futures=True)

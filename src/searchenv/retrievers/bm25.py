@@ -226,8 +226,9 @@ class BM25Retriever:
             check_count(folder, meta, "BM25 matrix entries vs indptr", len(scores["data"]), int(scores["indptr"][-1]))
             check_count(folder, meta, "BM25 matrix entries vs indices", len(scores["data"]), len(scores["indices"]))
             stemmer = meta.get("params", {}).get("stemmer")
-            return cls(model, docs, str(meta["fingerprint"]), stemmer=stemmer if isinstance(stemmer, str) else None,
-                       backend=backend)
+            if stemmer is not None:
+                _stemmer(stemmer)  # a ValueError now (a damaged index), not at the first search
+            return cls(model, docs, str(meta["fingerprint"]), stemmer=stemmer, backend=backend)
 
         if backend not in BACKENDS:  # before load_index, which reports a ValueError as a damaged index
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")

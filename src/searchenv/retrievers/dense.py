@@ -52,6 +52,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import shutil
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -571,7 +572,8 @@ class DenseRetriever:
         with index_lock(root):
             publish_index(root, write)
             for leftover in root.glob(_ENCODE_PREFIX + "*"):  # this build's chunks and older ones
-                shutil.rmtree(leftover, ignore_errors=True)
+                if re.fullmatch(r"\.encode-[0-9a-f]{16}", leftover.name) and leftover.is_dir():  # not a user's file
+                    shutil.rmtree(leftover, ignore_errors=True)
         return cls.load(folder, encoder=enc)
 
     @classmethod

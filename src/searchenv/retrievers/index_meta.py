@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+from searchenv.files import publishable
 from searchenv.jsonsafe import JSONInputError, loads
 from searchenv.retrievers.base import RetrieverError
 
@@ -41,6 +42,9 @@ META_FILE = "searchenv_index.json"
 FORMAT_VERSION = 2
 _GENERATION = re.compile(r"v-[0-9a-f]{16}")
 _TMP_PREFIX = ".tmp-"
+# What builds leave under _TMP_PREFIX: mkstemp/mkdtemp names (8 characters) and set-aside generations
+# (a uuid4 hex). Only these are removed; a user's own ".tmp-notes" is not.
+_OWN_TMP = re.compile(r"\.tmp-(?:[a-z0-9_]{8}|[0-9a-f]{32})")
 # Names that format 1 wrote straight into the index folder; a rebuild of a format-1 index removes them.
 _FORMAT_1_FILES = ("docs.jsonl", "doc_offsets.npy", "bm25", "dense.faiss")
 
@@ -139,10 +143,12 @@ def publish_index(folder: str | os.PathLike[str], write: Callable[[Path], dict[s
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     with index_lock(folder):
-        for stale in folder.glob(_TMP_PREFIX + "*"):  # left by killed builds: we hold the lock
-            _remove(stale)
+        for stale in folder.iterdir():  # left by killed builds: we hold the lock
+            if _OWN_TMP.fullmatch(stale.name):
+                _remove(stale)
         tmp = Path(tempfile.mkdtemp(prefix=_TMP_PREFIX, dir=folder))
         try:
+            publishable(tmp)
             fields = write(tmp)
             files = _file_table(tmp)
             digest = hashlib.sha256(json.dumps(files, sort_keys=True).encode("utf-8")).hexdigest()
@@ -153,33 +159,49 @@ def publish_index(folder: str | os.PathLike[str], write: Callable[[Path], dict[s
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        legacy = _FORMAT_1_FILES if _format_version(folder) == 1 else ()
+        previous = _published_meta(folder)
+        legacy = _FORMAT_1_FILES if previous.get("format_version") == 1 else ()
         _write_meta(folder, {**fields, "data": generation.name, "files": files})
         for old in folder.iterdir():
             if old != generation and (
-                old.name.startswith(_TMP_PREFIX) or _GENERATION.fullmatch(old.name) or old.name in legacy
+                _OWN_TMP.fullmatch(old.name) or old.name == previous.get("data") or _orphan_generation(old)
+                or old.name in legacy
             ):
                 _remove(old)
 
 
-def _format_version(folder: Path) -> object:
-    """The format version in ``folder``'s metadata, or ``None`` if there is none to read."""
+def _published_meta(folder: Path) -> dict[str, Any]:
+    """The metadata published in ``folder``, or ``{}`` if there is none to read."""
     try:
         meta = loads((folder / META_FILE).read_bytes(), str(folder / META_FILE))
     except (OSError, JSONInputError):
-        return None
-    return meta.get("format_version") if isinstance(meta, dict) else None
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def _orphan_generation(path: Path) -> bool:
+    """A data folder a killed build renamed into place but never published (it holds a document store)."""
+    return (_GENERATION.fullmatch(path.name) is not None and path.is_dir() and not path.is_symlink()
+            and (path / "docs.jsonl").is_file() and (path / "doc_offsets.npy").is_file())
+
+
+def meta_digest(meta: dict[str, Any]) -> str:
+    """SHA-256 of the metadata's fields (all but ``meta_sha256`` itself), as JSON with sorted keys."""
+    fields = {k: v for k, v in meta.items() if k != "meta_sha256"}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
 
 
 def _write_meta(folder: Path, fields: dict[str, Any]) -> None:
     """Replace ``searchenv_index.json`` atomically (write a temporary file, fsync, rename)."""
     meta = {"format_version": FORMAT_VERSION, **fields}
+    meta["meta_sha256"] = meta_digest(meta)  # parameters change rankings: an edit must not pass as the build
     fd, tmp = tempfile.mkstemp(prefix=_TMP_PREFIX, dir=folder)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(json.dumps(meta, indent=2, sort_keys=True) + "\n")
             f.flush()
             os.fsync(f.fileno())
+        publishable(tmp)
         os.replace(tmp, folder / META_FILE)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -228,8 +250,12 @@ def read_meta(folder: str | os.PathLike[str], expected_kind: str | None = None) 
         or not isinstance(files, dict)
         or not all(_sound_entry(name, entry) for name, entry in files.items())
         or not isinstance(meta.get("num_docs"), int)
+        or not isinstance(meta.get("params", {}), dict)
     ):
-        raise damaged(folder, meta, f"{path} lacks or garbles 'data', 'files' or 'num_docs'")
+        raise damaged(folder, meta, f"{path} lacks or garbles 'data', 'files', 'num_docs' or 'params'")
+    if "meta_sha256" in meta and meta["meta_sha256"] != meta_digest(meta):
+        raise damaged(folder, meta, f"{path} was changed after the build (its fields do not match their "
+                                    "checksum meta_sha256)")
     return dict(meta)
 
 
@@ -246,11 +272,23 @@ def _sound_entry(name: str, entry: Any) -> bool:
 def check_files(folder: str | os.PathLike[str], meta: dict[str, Any], *, verify: bool = False) -> None:
     """Compare every data file with its recorded size, and with ``verify`` its SHA-256.
 
+    ``verify`` also requires the metadata's own checksum (indexes built before it was recorded
+    are refused with the rebuild command) and that the data folder holds exactly the files listed.
+
     Raises:
         FileNotFoundError: If a file is missing (the caller decides whether it was replaced).
         IndexIntegrityError: Naming the first file that differs.
     """
     data = Path(folder) / meta["data"]
+    if verify:
+        if "meta_sha256" not in meta:
+            raise damaged(folder, meta, f"{META_FILE} carries no checksum of its own fields (built by an older "
+                                        "searchenv), so its parameters cannot be verified")
+        present = {p.relative_to(data).as_posix() for p in data.rglob("*") if not p.is_dir()}
+        unlisted, missing = sorted(present - meta["files"].keys()), sorted(meta["files"].keys() - present)
+        if unlisted or missing:
+            raise damaged(folder, meta, f"{META_FILE} does not list the data files as they are (not listed: "
+                                        f"{unlisted[:3]}, listed but absent: {missing[:3]})")
     for name, entry in meta["files"].items():
         path = data / name
         size = path.stat().st_size
@@ -273,8 +311,8 @@ def load_index(
     """Open an index of ``kind``: check the metadata and files, then ``open_data(meta, data_folder)``.
 
     A rebuild may delete the generation this reader is opening; then the metadata is read again
-    (three tries). ``open_data`` checks the kind's counts and raises :func:`damaged` errors; an
-    ``OSError`` or ``ValueError`` from it (an unreadable array or document) becomes one too.
+    (three tries). ``open_data`` checks the kind's counts and raises :func:`damaged` errors; any
+    other exception from it (an unreadable array header, a document or a parameter) becomes one too.
 
     Raises:
         RetrieverError: If the folder is not an index of ``kind``.
@@ -291,8 +329,10 @@ def load_index(
             if not tries:
                 raise damaged(folder, meta, f"{exc.filename or exc} is missing") from None
             time.sleep(0.05)
-        except (OSError, ValueError) as exc:
-            raise damaged(folder, meta, f"cannot read it ({exc})") from exc
+        except RetrieverError:
+            raise
+        except Exception as exc:  # numpy's header parser alone raises ValueError, SyntaxError or TokenError
+            raise damaged(folder, meta, f"cannot read it ({type(exc).__name__}: {exc})") from exc
 
 
 def check_count(folder: str | os.PathLike[str], meta: dict[str, Any], what: str, actual: int, expected: object) -> None:

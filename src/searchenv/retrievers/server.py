@@ -48,9 +48,12 @@ import asyncio
 import hmac
 import ipaddress
 import logging
+import socket
+import struct
+import sys
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
-from dataclasses import asdict, dataclass
+from contextlib import asynccontextmanager, suppress
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import h11
@@ -66,6 +69,14 @@ from searchenv.httpclient import check_token
 from searchenv.jsonsafe import DEFAULT_MAX_DEPTH, JSONInputError, loads
 from searchenv.retrievers.base import Hit, Retriever, check_k
 from searchenv.retrievers.batching import MicroBatcher
+
+try:  # the kernel's count of a socket's unsent bytes (Linux); elsewhere only asyncio's buffer is watched
+    import fcntl
+    import termios
+
+    _SIOCOUTQ: int | None = termios.TIOCOUTQ if sys.platform.startswith("linux") else None
+except ImportError:  # pragma: no cover - Windows
+    _SIOCOUTQ = None
 
 #: Host names accepted in the ``Host`` header by default (IP addresses always are).
 DEFAULT_ALLOWED_HOSTS = ("localhost",)
@@ -403,18 +414,31 @@ class ConnectionLimits:
             from the connection's opening or the request's first byte; a connection that sends
             nothing, half a header or a dripping body is closed after it.
         keep_alive_timeout: Whole seconds an idle connection stays open after an answer.
+        write_timeout: Seconds an answer may wait with none of it taken by the client (as
+            nginx's ``send_timeout``: a time without progress, not a deadline for the whole
+            answer). A connection whose unsent bytes stop shrinking for this long, because its
+            client reads nothing or has stopped reading, is aborted: its buffered answer is
+            dropped and the socket reset, also after the server has begun to close it.
+        max_unsent_bytes: Most bytes of answers waiting in the server for their clients, all
+            connections together (one connection holds at most one answer beyond the socket's
+            kernel buffer). Over it, the connections whose answers have waited longest without
+            progress are aborted, so clients that never read cannot grow the server's memory
+            without bound before their write timeout.
     """
 
     max_connections: int = 512
     request_timeout: float = 10.0
     keep_alive_timeout: int = 5
+    write_timeout: float = 10.0
+    max_unsent_bytes: int = 256 * 1024 * 1024
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
                 raise ValueError(f"ConnectionLimits.{name} must be a positive number, got {value!r}")
-        if not isinstance(self.max_connections, int) or not isinstance(self.keep_alive_timeout, int):
-            raise ValueError("ConnectionLimits.max_connections and keep_alive_timeout must be integers")
+        for name in ("max_connections", "keep_alive_timeout", "max_unsent_bytes"):
+            if not isinstance(getattr(self, name), int):
+                raise ValueError(f"ConnectionLimits.{name} must be an integer, got {getattr(self, name)!r}")
 
 
 _BUSY = b'{"error": "too many connections, retry later", "detail": "too many connections, retry later"}'
@@ -426,23 +450,33 @@ class _GuardedH11Protocol(H11Protocol):
     """uvicorn's h11 protocol plus a request timeout and a connection cap (:class:`ConnectionLimits`).
 
     uvicorn closes a connection only when it stays idle after an answer; one that never sends
-    a byte, or sends its request slowly, stays open forever.
+    a byte, or sends its request slowly, stays open forever. Nor does it time writes: a client
+    that never reads holds its connection (waiting to write the next pipelined answer), or, once
+    closed, its descriptor and unsent answer (asyncio closes a socket only when its buffer is
+    empty), forever. Here the unsent bytes are watched while there are any
+    (:meth:`_watch_output`).
     """
 
     limits = ConnectionLimits()
     _idle_since = 0.0  # loop time of the connection's opening or its last answer
     _timer: asyncio.TimerHandle | None = None
+    _output_timer: asyncio.TimerHandle | None = None
+    _unsent = 0  # bytes not yet taken by the client at the last look (_unsent_now)
+    _unsent_since = 0.0  # loop time they last shrank (or began to wait)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._idle_since = self.loop.time()
         self._watch()
         if len(self.connections) > self.limits.max_connections:
-            others = [p for p in self.connections if isinstance(p, _GuardedH11Protocol) and p is not self
-                      and not p.transport.is_closing()]
+            # every open connection counts: one closed with its answer unsent keeps its descriptor
+            others = [p for p in self._guarded() if p is not self]
             if len(others) >= self.limits.max_connections:
+                closing = [p for p in others if p.transport.is_closing()]
                 idle = [p for p in others if p._evictable(self._idle_since)]
-                if idle:
+                if closing:  # closed by the server, its answer still unread: dropped first
+                    min(closing, key=lambda p: p._unsent_since)._abort()
+                elif idle:
                     min(idle, key=lambda p: p._idle_since)._close()
                 else:
                     transport.write(_REFUSED)
@@ -454,14 +488,29 @@ class _GuardedH11Protocol(H11Protocol):
 
     def on_response_complete(self) -> None:
         self._idle_since = self.loop.time()
-        super().on_response_complete()
+        super().on_response_complete()  # may close the connection (Connection: close, shutdown)
         self._watch()
+        self._watch_output()
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        self._watch_output()
+        self._keep_unsent_bytes_within_the_budget()
+
+    def timeout_keep_alive_handler(self) -> None:
+        super().timeout_keep_alive_handler()
+        self._watch_output()
+
+    def shutdown(self) -> None:
+        super().shutdown()
+        self._watch_output()
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        for timer in (self._timer, self._output_timer):
+            if timer is not None:
+                timer.cancel()
+        self._timer = self._output_timer = None
 
     def _evictable(self, now: float) -> bool:
         """No request is being answered (between requests, or one not arrived whole) for a while.
@@ -481,12 +530,93 @@ class _GuardedH11Protocol(H11Protocol):
             self._timer.cancel()
             self._timer = None
 
+    def _watch_output(self) -> None:
+        """Start watching the unsent bytes, if there are any and they are not watched yet.
+
+        Called wherever bytes may be left waiting: an answer written, the transport's buffer
+        over its high-water mark, a close. Every quarter of the write timeout the bytes not yet
+        taken by the client (:meth:`_unsent_now`) are counted again; the watch ends when the
+        transport's buffer is empty, and the connection is aborted when they have not shrunk for
+        the write timeout.
+        """
+        if self._output_timer is None and self.transport.get_write_buffer_size() > 0:
+            self._unsent = self._unsent_now()
+            self._unsent_since = self.loop.time()
+            self._output_timer = self.loop.call_later(self.limits.write_timeout / 4, self._check_output)
+
+    def _unsent_now(self) -> int:
+        """Bytes not yet taken by the client: the transport's buffer plus the kernel's send queue.
+
+        The kernel's queue (``SIOCOUTQ``, Linux) shrinks with every byte the client reads; the
+        transport's buffer only when the kernel wakes the writer, after up to a third of its
+        4 MB buffer has drained, which a slow but steady reader can take longer than the
+        write timeout to read.
+        """
+        queued = 0
+        sock = self.transport.get_extra_info("socket")
+        if _SIOCOUTQ is not None and sock is not None:
+            with suppress(OSError, ValueError):
+                queued = struct.unpack("i", fcntl.ioctl(sock.fileno(), _SIOCOUTQ, b"\0\0\0\0"))[0]
+        return int(self.transport.get_write_buffer_size()) + queued
+
+    def _check_output(self) -> None:
+        self._output_timer = None
+        if self.transport.get_write_buffer_size() == 0:
+            return
+        unsent = self._unsent_now()
+        now = self.loop.time()
+        if unsent < self._unsent:  # the client took some
+            self._unsent_since = now
+        elif now - self._unsent_since >= self.limits.write_timeout:
+            self._abort()
+            return
+        self._unsent = unsent
+        self._output_timer = self.loop.call_later(self.limits.write_timeout / 4, self._check_output)
+
+    def _guarded(self) -> list[_GuardedH11Protocol]:
+        """This server's open connections (uvicorn's set, shared by all of them)."""
+        return [p for p in self.connections if isinstance(p, _GuardedH11Protocol)]
+
+    def _keep_unsent_bytes_within_the_budget(self) -> None:
+        """Abort the connections whose answers have waited longest while over ``max_unsent_bytes``.
+
+        The answers waiting in this server are counted over all its connections. Called when a
+        connection's buffer grows past its high-water mark (an answer larger than the client
+        took at once), the only time the total grows by much.
+        """
+        waiting = [p for p in self._guarded() if p._output_timer is not None]
+        total = sum(p.transport.get_write_buffer_size() for p in waiting)
+        if total <= self.limits.max_unsent_bytes:
+            return
+        now = self.loop.time()
+        for p in waiting:  # progress since the last look counts as progress now
+            unsent = p._unsent_now()
+            if unsent < p._unsent:
+                p._unsent, p._unsent_since = unsent, now
+        log.warning("%d bytes of answers wait for their clients, more than max_unsent_bytes=%d: dropping the "
+                    "connections that waited longest", total, self.limits.max_unsent_bytes)
+        for p in sorted(waiting, key=lambda p: p._unsent_since):
+            if total <= self.limits.max_unsent_bytes:
+                break
+            total -= p.transport.get_write_buffer_size()
+            p._abort()
+
+    def _abort(self) -> None:
+        """Drop the connection and its unsent bytes; a reset, so the kernel keeps none of them either."""
+        sock = self.transport.get_extra_info("socket")
+        if sock is not None:
+            with suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self._unset_keepalive_if_required()
+        self.transport.abort()
+
     def _close(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         self._unset_keepalive_if_required()
         self.transport.close()
+        self._watch_output()
 
 
 def _fit_descriptors(max_connections: int, reserve: int = 64) -> tuple[int, int]:
@@ -537,7 +667,7 @@ def uvicorn_config(
     if cap < lim.max_connections:
         log.warning("max_connections lowered from %d to %d to fit the open-file limit (ulimit -n)",
                     lim.max_connections, cap)
-        lim = ConnectionLimits(cap, lim.request_timeout, lim.keep_alive_timeout)
+        lim = replace(lim, max_connections=cap)
     protocol = type("GuardedH11Protocol", (_GuardedH11Protocol,), {"limits": lim})
     return uvicorn.Config(app, host=host, port=port, http=protocol, ws="none", lifespan="on", log_level=log_level,
                           access_log=False, timeout_keep_alive=lim.keep_alive_timeout, backlog=backlog)

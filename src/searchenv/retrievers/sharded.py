@@ -28,6 +28,7 @@ import inspect
 import itertools
 import json
 import os
+import re
 import shutil
 import threading
 from collections.abc import Sequence
@@ -215,7 +216,7 @@ def build_sharded(
     """
     from searchenv.corpus import read_corpus
     from searchenv.retrievers import _index_class, file_sha256
-    from searchenv.retrievers.index_meta import index_lock
+    from searchenv.retrievers.index_meta import META_FILE, index_lock
 
     if kind not in SHARDABLE_KINDS:
         raise ValueError(f"cannot shard a {kind} index: its scores depend on each shard's own statistics, so "
@@ -269,7 +270,8 @@ def build_sharded(
         progress_path.unlink(missing_ok=True)
         listed = {e["folder"] for e in entries}
         for old in root.glob("shard-*-of-*"):  # shards of an earlier build with another count
-            if old.is_dir() and old.name not in listed:
+            if (re.fullmatch(r"shard-\d{3}-of-\d{3}", old.name) and old.is_dir() and old.name not in listed
+                    and (old / META_FILE).is_file()):  # an index's shard, not a user's folder
                 shutil.rmtree(old, ignore_errors=True)
     accepted = inspect.signature(cls.load).parameters
     return ShardedRetriever.load(root, **{k: v for k, v in options.items() if k == "encoder" and k in accepted})

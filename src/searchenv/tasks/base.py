@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import random
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,22 @@ class SubQuestion:
     question: str
     answer: str
     evidence_ids: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("question", "answer"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value.strip():
+                raise ValueError(f"sub-question {name} must be a non-empty string, got {value!r:.60}")
+
+
+def blank_answer(answer: str) -> bool:
+    """Whether a gold answer has no letter or digit (``""``, ``"  "``, ``"?"``).
+
+    Such a gold answer normalizes to nothing, so any answer made of articles and punctuation
+    (``"the"``) would match it; no reader accepts one. A lone article (``"A"``, a multiple-choice
+    letter) is a word and is accepted, although it normalizes to nothing as well.
+    """
+    return not any(ch.isalnum() for ch in answer)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,15 +77,22 @@ class QAExample:
     metadata: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.id, str) or not self.id.strip():
+            raise ValueError(f"example id must be a non-empty string, got {self.id!r:.60}")
         if not isinstance(self.question, str) or not self.question.strip():
             raise ValueError(f"example {self.id!r}: question must be a non-empty string")
         if isinstance(self.answers, str) or not self.answers:
             raise ValueError(f"example {self.id!r}: answers must be a non-empty sequence of strings")
-        for a in self.answers:  # a loop, not all(...): examples are built once per engine trajectory
+        for i, a in enumerate(self.answers):  # a loop, not all(...): examples are built once per engine trajectory
             if not isinstance(a, str):
-                raise ValueError(f"example {self.id!r}: every answer must be a string, got {self.answers!r}")
+                raise ValueError(f"example {self.id!r}: every answer must be a string, got {self.answers!r:.80}")
+            if blank_answer(a):
+                raise ValueError(f"example {self.id!r}: answers[{i}] {a!r:.60} has no letter or digit: an answer "
+                                 "made of articles and punctuation would match it")
         if isinstance(self.evidence_ids, str):
             raise ValueError(f"example {self.id!r}: evidence_ids must be a sequence of ids, not one string")
+        if isinstance(self.hops, bool) or not isinstance(self.hops, int) or self.hops < 1:
+            raise ValueError(f"example {self.id!r}: hops must be a positive integer, got {self.hops!r:.60}")
 
     def to_flashrag(self) -> dict[str, Any]:
         """Return the FlashRAG QA record ``{"id", "question", "golden_answers", "metadata"}``."""
@@ -139,8 +162,8 @@ def example_from_flashrag(record: object, where: str) -> QAExample:
     qid = record.get("id")
     if isinstance(qid, int) and not isinstance(qid, bool):
         qid = str(qid)
-    if not isinstance(qid, str) or not qid:
-        raise CorpusFormatError(f"{where}: field 'id' must be a non-empty string, got {qid!r}")
+    if not isinstance(qid, str) or not qid.strip():
+        raise CorpusFormatError(f"{where}: field 'id' must be a non-empty string, got {qid!r:.60}")
     question = record.get("question")
     if not isinstance(question, str) or not question.strip():
         raise CorpusFormatError(f"{where}: field 'question' must be a non-empty string, got {question!r:.60}")
@@ -162,15 +185,22 @@ def example_from_flashrag(record: object, where: str) -> QAExample:
         name = f"metadata.decomposition[{i}]"
         if not isinstance(step, dict) or not {"question", "answer"} <= step.keys():
             raise CorpusFormatError(f"{where}: field {name!r} must be an object with 'question' and 'answer'")
+        for key in ("question", "answer"):
+            if not isinstance(step[key], str) or not step[key].strip():
+                raise CorpusFormatError(f"{where}: field '{name}.{key}' must be a non-empty string, "
+                                        f"got {step[key]!r:.60}")
         step_evidence = _id_list(step.get("evidence_ids", []), where, f"{name}.evidence_ids")
-        decomposition.append(SubQuestion(str(step["question"]), str(step["answer"]), step_evidence))
+        decomposition.append(SubQuestion(step["question"], step["answer"], step_evidence))
     qtype = meta.pop("type", "single-hop")
     hops = meta.pop("hops", max(1, len(decomposition)))
     if not isinstance(qtype, str):
         raise CorpusFormatError(f"{where}: field 'metadata.type' must be a string, got {qtype!r:.60}")
-    if isinstance(hops, bool) or not isinstance(hops, int):
-        raise CorpusFormatError(f"{where}: field 'metadata.hops' must be an integer, got {hops!r:.60}")
-    return QAExample(qid, question, tuple(answers), evidence, tuple(decomposition), qtype, hops, meta)
+    if isinstance(hops, bool) or not isinstance(hops, int) or hops < 1:
+        raise CorpusFormatError(f"{where}: field 'metadata.hops' must be a positive integer, got {hops!r:.60}")
+    try:
+        return QAExample(qid, question, tuple(answers), evidence, tuple(decomposition), qtype, hops, meta)
+    except ValueError as exc:  # e.g. an answer that normalizes to nothing
+        raise CorpusFormatError(f"{where}: field 'golden_answers': {exc}") from None
 
 
 def _id_list(value: object, where: str, name: str) -> tuple[str, ...]:
@@ -221,7 +251,12 @@ def write_qa_jsonl(path: str | os.PathLike[str], examples: Iterable[QAExample]) 
         path: Destination.
         examples: The examples.
     """
-    atomic_write_lines(path, (json.dumps(e.to_flashrag(), ensure_ascii=False) for e in examples))
+    atomic_write_lines(path, qa_lines(examples))
+
+
+def qa_lines(examples: Iterable[QAExample]) -> Iterator[str]:
+    """The lines of a FlashRAG QA JSONL file (:func:`write_qa_jsonl`)."""
+    return (json.dumps(e.to_flashrag(), ensure_ascii=False) for e in examples)
 
 
 def split_examples(

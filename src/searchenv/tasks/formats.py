@@ -38,14 +38,20 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from searchenv.corpus import CorpusFormatError, Document, corpus_fingerprint, write_corpus
+from searchenv.corpus import (
+    CorpusFormatError,
+    Document,
+    atomic_write_files,
+    corpus_fingerprint,
+    corpus_lines,
+)
 from searchenv.jsonsafe import DEFAULT_MAX_DEPTH, iter_jsonl, loads
-from searchenv.tasks.base import QAExample, SubQuestion, example_from_flashrag, write_qa_jsonl
+from searchenv.tasks.base import QAExample, SubQuestion, example_from_flashrag, qa_lines
 
 FORMATS = ("flashrag", "hotpotqa", "musique", "2wiki", "qa")
 #: Formats whose records can carry context paragraphs (a corpus can be written from them).
@@ -283,7 +289,13 @@ def _read_records(
             record = {**record, "id": numbered_id(fmt, index)}
             data.numbered += 1
         pool.used = False
-        _check_unique(data.examples, parse(record, where, pool), where, seen)
+        try:
+            example = parse(record, where, pool)
+        except CorpusFormatError:
+            raise
+        except ValueError as exc:  # QAExample's own checks (e.g. an answer that normalizes to nothing)
+            raise CorpusFormatError(f"{where}: {exc}") from None
+        _check_unique(data.examples, example, where, seen)
         pooled.append(pool.used)
     data.documents = pool.documents
     if data.documents:
@@ -639,15 +651,21 @@ def read_format(fmt: str, path: str | os.PathLike[str]) -> Dataset:
         raise CorpusFormatError(f"{exc} (this file looks like format {guess!r}, not {fmt!r})") from None
 
 
-def check_outputs(fmt: str, out_qa: str | os.PathLike[str], out_corpus: str | os.PathLike[str] | None) -> None:
+def check_outputs(fmt: str, out_qa: str | os.PathLike[str], out_corpus: str | os.PathLike[str] | None,
+                  src: str | os.PathLike[str] | None = None) -> None:
     """Check the options of :func:`convert` before any input is read.
 
     Raises:
         ValueError: If the format is unknown, a corpus is requested from a format without
-            contexts, or both outputs are the same file.
+            contexts, both outputs are the same file, or an output is the input ``src``.
     """
     if fmt not in _READERS:
         raise ValueError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
+    if src is not None:
+        for option, out in (("--out-qa", out_qa), ("--out-corpus", out_corpus)):
+            if out is not None and _same_file(out, src):
+                raise ValueError(f"{option} {out} is the input file: converting would overwrite it; "
+                                 "write the output elsewhere")
     if out_corpus is None:
         return
     if fmt not in CONTEXT_FORMATS:
@@ -659,6 +677,14 @@ def check_outputs(fmt: str, out_qa: str | os.PathLike[str], out_corpus: str | os
         raise ValueError(f"the corpus and the questions would be written to the same file {out_qa}")
 
 
+def _same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+    """Whether two paths name one file (through links too), or would once ``a`` is written."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one does not exist (yet)
+        return Path(a).resolve() == Path(b).resolve()
+
+
 def convert(
     fmt: str,
     src: str | os.PathLike[str],
@@ -668,7 +694,8 @@ def convert(
     """Convert a QA file to FlashRAG JSONL (questions, and the pooled corpus if asked).
 
     The whole input is read and checked before anything is written, so a bad or empty input
-    leaves existing outputs untouched; each output is written atomically.
+    leaves existing outputs untouched; both outputs are written to temporary files before
+    either replaces an old file, and an output that is the input is refused.
 
     Args:
         fmt: Input format.
@@ -685,7 +712,7 @@ def convert(
         CorpusFormatError: If the input has a malformed record or no records, or a corpus is
             requested and the records have no context paragraphs.
     """
-    check_outputs(fmt, out_qa, out_corpus)
+    check_outputs(fmt, out_qa, out_corpus, src)
     data = read_format(fmt, src)
     if not data.examples:
         raise CorpusFormatError(f"{src}: no records; there is nothing to convert")
@@ -694,7 +721,8 @@ def convert(
             f"{src}: the records have no context paragraphs; there is no corpus to write: "
             "use the questions with a corpus of your choice"
         )
-    write_qa_jsonl(out_qa, data.examples)
+    outputs: list[tuple[str | os.PathLike[str], Iterable[str]]] = [(out_qa, qa_lines(data.examples))]
     if out_corpus is not None:
-        write_corpus(out_corpus, data.documents)
+        outputs.append((out_corpus, corpus_lines(data.documents)))
+    atomic_write_files(outputs)  # both written before either replaces an old file: never a mismatched pair
     return {"examples": len(data.examples), "documents": len(data.documents), "numbered": data.numbered}

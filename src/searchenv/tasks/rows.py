@@ -24,7 +24,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from searchenv.tasks.base import QAExample, checked_example
+from searchenv.files import publishable
+from searchenv.tasks.base import QAExample, blank_answer, checked_example
 
 #: The agent loop name rows select in verl (``agent_name``).
 VERL_AGENT_NAME = "searchqa_agent"
@@ -99,8 +100,13 @@ def example_from_row(row: Mapping[str, Any]) -> QAExample:
     ident = row.get("id")
     if ident is None:
         ident = info.get("id", info.get("index", "row"))
+    golds = tuple(map(str, answers))
+    for i, gold in enumerate(golds):
+        if blank_answer(gold):
+            raise ValueError(f"dataset row {ident!r}: gold answer {i} ({gold!r:.60}) has no letter or digit: an "
+                             "answer made of articles and punctuation would match it")
     # checked above as QAExample checks (question a non-empty str; answers and evidence made tuples of str)
-    return checked_example(str(ident), question, tuple(map(str, answers)),
+    return checked_example(str(ident), question, golds,
                            (evidence,) if isinstance(evidence, str) else tuple(map(str, evidence)))
 
 
@@ -124,6 +130,7 @@ def write_parquet(rows: Sequence[Mapping[str, Any]], path: str | os.PathLike[str
     os.close(fd)
     try:
         pq.write_table(pa.Table.from_pylist([dict(r) for r in rows]), tmp)
+        publishable(tmp)
         os.replace(tmp, out)
     finally:
         if os.path.exists(tmp):

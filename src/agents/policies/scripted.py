@@ -88,11 +88,30 @@ def evidence_titles(example: QAExample) -> tuple[str, ...] | None:
     return tuple(titles)
 
 
-def oracle_hops(example: QAExample) -> tuple[SubQuestion, ...]:
+@dataclass(frozen=True)
+class Lookup:
+    """A hop that looks up a gold evidence document by its title: it has no answer of its own.
+
+    Attributes:
+        question: The document's title (what the oracle searches).
+        evidence_ids: The document.
+        answer: Always empty (a lookup reaches no intermediate answer).
+    """
+
+    question: str
+    evidence_ids: tuple[str, ...]
+    answer: str = ""
+
+
+#: A hop of the oracle: a sub-question of the gold decomposition, or a title lookup.
+Hop = SubQuestion | Lookup
+
+
+def oracle_hops(example: QAExample) -> tuple[Hop, ...]:
     """The hops the oracle follows: the gold decomposition, a lookup per gold evidence title, or the question.
 
-    A lookup hop's question is an evidence document's title, its evidence that document, and its
-    answer empty (:func:`is_lookup`).
+    A lookup hop (:class:`Lookup`) searches an evidence document's title; its evidence is that
+    document.
 
     Args:
         example: The question.
@@ -104,16 +123,16 @@ def oracle_hops(example: QAExample) -> tuple[SubQuestion, ...]:
         return example.decomposition
     titles = evidence_titles(example) if example.evidence_ids else None
     if titles is not None:
-        return tuple(SubQuestion(t, "", (e,)) for t, e in zip(titles, example.evidence_ids, strict=True))
+        return tuple(Lookup(t, (e,)) for t, e in zip(titles, example.evidence_ids, strict=True))
     return (SubQuestion(example.question, example.answers[0], tuple(example.evidence_ids)),)
 
 
-def is_lookup(hop: SubQuestion) -> bool:
+def is_lookup(hop: Hop) -> bool:
     """Whether ``hop`` looks up a gold evidence title (:func:`oracle_hops`): it has no answer of its own."""
-    return not hop.answer
+    return isinstance(hop, Lookup)
 
 
-def _reached_answer(hops: Sequence[SubQuestion], done: int) -> str:
+def _reached_answer(hops: Sequence[Hop], done: int) -> str:
     """The intermediate answer of the last of the first ``done`` hops, or :data:`ABSTAIN` (none, or a lookup)."""
     return hops[done - 1].answer if done >= 1 and not is_lookup(hops[done - 1]) else ABSTAIN
 
@@ -179,7 +198,7 @@ class OracleAgent(_ScriptedAgent):
     max_turns: int | None = None
 
     @staticmethod
-    def _reached(hop: SubQuestion, ep: EpisodeState) -> bool:
+    def _reached(hop: Hop, ep: EpisodeState) -> bool:
         opening = ep.protocol.can_open
         hits = ep.read_hits()
         if hop.evidence_ids:
@@ -192,7 +211,7 @@ class OracleAgent(_ScriptedAgent):
         return any(answer_in_text(f"{h.title} {h.text}", [hop.answer]) for h in hits)
 
     @staticmethod
-    def _to_open(hop: SubQuestion, ep: EpisodeState) -> int | None:
+    def _to_open(hop: Hop, ep: EpisodeState) -> int | None:
         """The number of a shown, unopened gold evidence document of ``hop`` (``browse``)."""
         opened = set(ep.opened_ids())
         if ep.example.decomposition and any(e in opened for e in hop.evidence_ids):
@@ -263,7 +282,7 @@ class OracleAgent(_ScriptedAgent):
         return f"<think> {lead} </think>\n<search>\n{lines}\n</search>"
 
     @staticmethod
-    def _next_wave(hops: Sequence[SubQuestion], start: int, max_queries: int) -> list[SubQuestion]:
+    def _next_wave(hops: Sequence[Hop], start: int, max_queries: int) -> list[Hop]:
         """The hops to search in one turn: from ``start``, while none needs another's answer (RAG-R1).
 
         A hop needs an earlier one of the same turn when that hop's answer occurs in its question

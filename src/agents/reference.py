@@ -33,8 +33,9 @@ Agents (see :func:`make_agent`):
     own model, so the ``policy`` argument does not apply to it.
 
 LLM contexts are kept as token ids: the chat prompt (system + user) from
-``policy.chat_prompt_ids``, then each turn's generated ids exactly as generated, then the
-environment's reply encoded; nothing generated is retokenized.
+``policy.chat_prompt_ids``, then each turn's generated ids exactly as generated, and between two
+generated turns the text written there (the environment's replies, scripted turns, the answer
+slot's ``<answer>``) encoded as one string; nothing generated is retokenized.
 """
 
 from __future__ import annotations
@@ -499,7 +500,11 @@ class LLMAgent:
             return protocol
         return with_system_prompt(protocol, self.system_prompt(protocol))
 
-    def _context(self, ep: EpisodeState) -> list[int]:
+    def _context(self, ep: EpisodeState) -> tuple[list[int], list[str]]:
+        """The episode's context: ids up to the end of the last generated turn, and the text written since.
+
+        The text (the environment's replies, scripted turns) is not encoded yet.
+        """
         policy = self.policy
         if isinstance(policy, ChatPolicy):
             raise TypeError("a chat policy keeps no token-id context")
@@ -507,13 +512,15 @@ class LLMAgent:
         if ids is None:
             ids = list(policy.chat_prompt_ids(ep.messages[:2]))
             ep.memory["ids"] = ids
+            ep.memory["text"] = []
             ep.memory["synced"] = 0
-        # Append what the environment said after turns we have not yet added.
+        text: list[str] = ep.memory["text"]
+        # Add what the environment said after turns we have not yet added.
         for step in ep.steps[ep.memory["synced"] :]:
             if step.info["new_text"]:
-                ids.extend(policy.encode(step.info["new_text"]))
+                text.append(step.info["new_text"])
         ep.memory["synced"] = len(ep.steps)
-        return ids
+        return ids, text
 
     def _scripted(self, ep: EpisodeState) -> str | None:
         if self.first_search and ep.turn == 0:
@@ -536,15 +543,21 @@ class LLMAgent:
         prompts: list[list[int]] = []
         prefixes: list[str] = []
         for i, ep in enumerate(episodes):
-            ctx = self._context(ep)
+            ids, written = self._context(ep)
             scripted = self._scripted(ep)
             if scripted is not None:
-                ctx.extend(self.policy.encode(scripted))
+                written.append(scripted)
                 out[i] = Turn(scripted, 0)
                 continue
             prefix = "<answer>" if self.answer_slot else ""
+            # Text written since the last generated turn is encoded as one string (with the
+            # answer slot's "<answer>"), so those ids are the tokenizer's own encoding of that
+            # text, as a server that takes only text would make them; generated ids stay as
+            # generated.
+            written.append(prefix)
+            tail = "".join(written)
             todo.append(i)
-            prompts.append(ctx + (self.policy.encode(prefix) if prefix else []))
+            prompts.append(ids + (self.policy.encode(tail) if tail else []))
             prefixes.append(prefix)
         if todo:
             # One generate call for the whole round (the policy chunks it by its max_batch_size and
@@ -559,11 +572,10 @@ class LLMAgent:
             )
             if len(gens) != len(prompts):
                 raise RuntimeError(f"policy returned {len(gens)} generations for {len(prompts)} prompts")
-            for j, prefix, gen in zip(todo, prefixes, gens, strict=True):
-                ctx = episodes[j].memory["ids"]
-                if prefix:
-                    ctx.extend(self.policy.encode(prefix))
-                ctx.extend(gen.token_ids)
+            for j, prompt, prefix, gen in zip(todo, prompts, prefixes, gens, strict=True):
+                memory = episodes[j].memory
+                memory["ids"] = prompt + list(gen.token_ids)
+                memory["text"] = []
                 text = prefix + gen.text
                 if self.answer_slot:
                     text = close_answer(text)

@@ -8,6 +8,10 @@ Two classes, one per API:
     are sent as token ids where the server accepts them (vLLM, SGLang and llama.cpp do: the
     context reaches the model exactly) and otherwise as the decoded text, special tokens kept
     (``prompt_format="auto"`` finds out on the first request; ``transformers serve`` takes text).
+    A server given text tokenizes it itself, so it sees the agent's ids only where they are the
+    tokenizer's own encoding of the text (:meth:`OpenAICompletionsPolicy.is_exact`); the others
+    are counted in ``usage["inexact_prompts"]``, with a warning, as greedy outputs may differ
+    from the same model in process there (docs/agents.md, Served models).
     Use it for base and instruct models whose tokenizer you have.
 :class:`OpenAIChatPolicy` (``POST /v1/chat/completions``)
     A :class:`~agents.policies.base.ChatPolicy`: agents send the conversation as messages
@@ -40,6 +44,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -143,7 +148,8 @@ class _OpenAIBase:
         self._model = model
         self._pool = ThreadPoolExecutor(max_concurrency, thread_name_prefix="searchenv-openai")
         self._lock = threading.Lock()
-        self._usage = {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0, "seconds": 0.0}
+        self._usage = {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0, "seconds": 0.0,
+                       "inexact_prompts": 0}
 
     # ------------------------------------------------------------------ tokenizer
 
@@ -184,7 +190,11 @@ class _OpenAIBase:
 
     @property
     def usage(self) -> dict[str, float]:
-        """Totals so far: requests, prompt and completion tokens (as the server counted), retries, seconds."""
+        """Totals so far: requests, prompt and completion tokens (as the server counted), retries, seconds.
+
+        ``inexact_prompts`` counts prompts sent as text whose ids the server's tokenizer does not
+        make again from that text (see :meth:`OpenAICompletionsPolicy.is_exact`).
+        """
         with self._lock:
             return {**self._usage, "retries": self._client.retried}
 
@@ -305,8 +315,40 @@ class OpenAICompletionsPolicy(_OpenAIBase):
         ids = [self.encode(p) if isinstance(p, str) else [int(t) for t in p] for p in prompts]
         if self.prompt_format == "auto":
             self._probe(ids[0], common)
-        prompts_sent = [p if self.prompt_format == "ids" else self.decode(p) for p in ids]
+        prompts_sent: list[list[int]] | list[str] = ids
+        if self.prompt_format == "text":
+            prompts_sent = [self.decode(p) for p in ids]
+            inexact = sum(self._server_ids(t) != p for p, t in zip(ids, prompts_sent, strict=True))
+            if inexact:
+                with self._lock:
+                    self._usage["inexact_prompts"] += inexact
+                warnings.warn(
+                    f"{inexact} of {len(ids)} prompt(s) sent as text to {self.url} re-encode to other token ids "
+                    "than the agent's context (a piece of text encoded on its own, such as an environment reply "
+                    "ending in a blank line before the model's next turn, or a split the model generated): "
+                    "the server sees other tokens there, so its output may differ from the same model in "
+                    "process. A server that takes token ids (vLLM, SGLang, llama.cpp) gets them exactly "
+                    "(docs/agents.md, Served models)",
+                    UserWarning,
+                    stacklevel=2,
+                )
         return self._run(_bodies(common, "prompt", prompts_sent, seeds), _completion_text, stop)
+
+    def is_exact(self, prompt: Sequence[int]) -> bool:
+        """Whether the server is given exactly these token ids.
+
+        Always when ids are sent; as text (``prompt_format="text"``, e.g. ``transformers serve``),
+        when the served model's tokenizer makes these ids again from the decoded text, as the
+        server does with a string prompt (special tokens added as its tokenizer adds them).
+        """
+        if self.prompt_format == "ids":
+            return True
+        ids = [int(t) for t in prompt]
+        return self._server_ids(self.decode(ids)) == ids
+
+    def _server_ids(self, text: str) -> list[int]:
+        """The ids a server that takes text makes of ``text`` (the tokenizer called as ``transformers serve`` does)."""
+        return [int(t) for t in self._need_tokenizer()(text)["input_ids"]]
 
     def _probe(self, prompt: list[int], common: dict[str, Any]) -> None:
         """Settle ``prompt_format="auto"``: ids if the server takes a token-id prompt, else text."""

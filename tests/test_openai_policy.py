@@ -283,3 +283,18 @@ def test_text_prompts_whose_ids_the_server_would_not_make_again_are_counted(scri
     ids_policy.generate([pieced], stop=STOPS, temperature=0)
     assert ids_policy.prompt_format == "ids" and ids_policy.is_exact(pieced)
     assert ids_policy.usage["inexact_prompts"] == 0
+
+
+def test_a_failed_request_keeps_the_generations_of_the_others(scripted: Scripted) -> None:
+    from agents.policies.base import GenerationError
+    from agents.policies.openai_compat import ModelRequestsError
+
+    url, handler = scripted
+    handler.script = [(200, _chat("<answer> a </answer>")), (502, b'{"error": {"message": "bad gateway"}}')]
+    policy = OpenAIChatPolicy(url, model="m", retries=0, max_concurrency=1)
+    with pytest.raises(ModelRequestsError, match=r"1 of 2 requests failed; .* HTTP 502: bad gateway") as info:
+        policy.generate_chat([[{"role": "user", "content": "q1"}], [{"role": "user", "content": "q2"}]])
+    assert isinstance(info.value, GenerationError) and isinstance(info.value, ModelServerError)
+    first, second = info.value.results
+    assert first is not None and first.text == "<answer> a </answer>" and second is None
+    assert info.value.errors[0] is None and "bad gateway" in str(info.value.errors[1])

@@ -23,7 +23,10 @@ Two classes, one per API:
 Both send the protocol's stop strings, one request per prompt with at most ``max_concurrency``
 in flight, each with a per-request seed (reproducible where the server honours ``seed``) and a
 ``timeout`` deadline; connection errors, timeouts, 408/429 and 5xx answers are retried with
-exponential backoff (or the server's ``Retry-After``). Token usage is summed in :attr:`usage`.
+exponential backoff (or the server's ``Retry-After``). A request that still fails does not lose
+the others: :class:`ModelRequestsError` holds every generation that came back, so an agent fails
+only that prompt's episode (a timeout's message names ``--request-timeout`` and ``--concurrency``).
+Token usage is summed in :attr:`usage`.
 
 What a served model gives differs from an in-process one (:class:`~agents.policies.hf.HFPolicy`):
 
@@ -50,7 +53,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from agents.policies.base import Generation, chat_template_ids, check_sampling, request_seeds
+from agents.policies.base import Generation, GenerationError, chat_template_ids, check_sampling, request_seeds
 
 #: Environment variable read for the API key when none is given.
 API_KEY_ENV = "OPENAI_API_KEY"
@@ -61,6 +64,13 @@ class ModelServerError(RuntimeError):
     """A request to the model server failed (the message names the URL and the reason)."""
 
     http_status: int | None = None
+
+
+class ModelRequestsError(ModelServerError, GenerationError):
+    """Some requests of one ``generate`` call failed after their retries; the rest are in ``results``.
+
+    The message is the failure's (the first one's, with how many failed, when several did).
+    """
 
 
 def api_base(url: str) -> str:
@@ -200,7 +210,17 @@ class _OpenAIBase:
 
     def _post(self, body: dict[str, Any]) -> dict[str, Any]:
         start = time.monotonic()
-        payload = self._client.post(self.url, body, start + self.timeout, timeout=self.timeout)
+        try:
+            payload = self._client.post(self.url, body, start + self.timeout, timeout=self.timeout)
+        except ModelServerError as exc:
+            if "answer within" not in str(exc):
+                raise
+            # A busy server queues requests: say which settings give it room.
+            raise ModelServerError(
+                f"{exc} (a busy server queues requests: allow each more time with --request-timeout / timeout= "
+                f"(now {self.timeout:g} s), or send fewer at once with --concurrency / max_concurrency= "
+                f"(now {self.max_concurrency}))"
+            ) from None
         if not isinstance(payload, dict) or not isinstance(payload.get("choices"), list) or not payload["choices"]:
             raise ModelServerError(f"model server {self.url} answered without 'choices': {str(payload)[:200]}")
         usage = _usage_of(payload)
@@ -239,9 +259,18 @@ class _OpenAIBase:
             n_tokens = count if isinstance(count, int) and not isinstance(count, bool) else len(ids)
             return Generation(text, ids, None, finish, n_tokens)
 
-        if len(bodies) == 1:
-            return [one(bodies[0])]
-        return list(self._pool.map(one, bodies))
+        def attempt(body: dict[str, Any]) -> Generation | ModelServerError:
+            try:
+                return one(body)
+            except ModelServerError as exc:
+                return exc
+
+        results = [attempt(bodies[0])] if len(bodies) == 1 else list(self._pool.map(attempt, bodies))
+        failed = [r for r in results if isinstance(r, ModelServerError)]
+        if failed:
+            raise _requests_error(failed[0], len(failed), [r if isinstance(r, Generation) else None for r in results],
+                                  [str(r) if isinstance(r, ModelServerError) else None for r in results])
+        return [r for r in results if isinstance(r, Generation)]
 
     def close(self) -> None:
         """Close the connections and worker threads."""
@@ -305,16 +334,21 @@ class OpenAICompletionsPolicy(_OpenAIBase):
         """Continue every prompt, one request each (see :class:`~agents.policies.base.Policy`).
 
         Raises:
-            ModelServerError: If a request fails after its retries (the message says why).
+            ModelRequestsError: If a request fails after its retries (a :class:`ModelServerError` whose
+                message says why, and a :class:`~agents.policies.base.GenerationError` holding the
+                generations of the requests that did not fail).
         """
         check_sampling(prompts, stop, max_new_tokens, temperature, top_p)
         if not prompts:
             return []
         seeds = request_seeds(seed, len(prompts))
-        common = {**self._sampling(max_new_tokens, temperature, top_p, stop), **self.extra_body}
         ids = [self.encode(p) if isinstance(p, str) else [int(t) for t in p] for p in prompts]
-        if self.prompt_format == "auto":
-            self._probe(ids[0], common)
+        try:
+            common = {**self._sampling(max_new_tokens, temperature, top_p, stop), **self.extra_body}
+            if self.prompt_format == "auto":
+                self._probe(ids[0], common)
+        except ModelServerError as exc:
+            raise _all_failed(exc, len(prompts)) from None
         prompts_sent: list[list[int]] | list[str] = ids
         if self.prompt_format == "text":
             prompts_sent = [self.decode(p) for p in ids]
@@ -388,13 +422,14 @@ class OpenAIChatPolicy(_OpenAIBase):
 
         Raises:
             ValueError: If a message is not ``{"role": ..., "content": str}``.
-            ModelServerError: If a request fails after its retries (the message says why).
+            ModelRequestsError: If a request fails after its retries (a :class:`ModelServerError` whose
+                message says why, and a :class:`~agents.policies.base.GenerationError` holding the
+                generations of the requests that did not fail).
         """
         check_sampling(conversations, stop, max_new_tokens, temperature, top_p)
         if not conversations:
             return []
         seeds = request_seeds(seed, len(conversations))
-        common = {**self._sampling(max_new_tokens, temperature, top_p, stop), **self.extra_body}
         all_messages = []
         for c, conv in enumerate(conversations):
             messages = []
@@ -405,7 +440,27 @@ class OpenAIChatPolicy(_OpenAIBase):
                                      f"string content, got {str(msg)[:100]}")
                 messages.append({"role": msg["role"], "content": msg["content"]})
             all_messages.append(messages)
+        try:
+            common = {**self._sampling(max_new_tokens, temperature, top_p, stop), **self.extra_body}
+        except ModelServerError as exc:
+            raise _all_failed(exc, len(conversations)) from None
         return self._run(_bodies(common, "messages", all_messages, seeds), _chat_text, stop)
+
+
+def _requests_error(first: ModelServerError, count: int, results: Sequence[Generation | None],
+                    errors: Sequence[str | None]) -> ModelRequestsError:
+    """One :class:`ModelRequestsError` for a call whose ``count`` failures start with ``first``."""
+    message = str(first) if count == len(results) == 1 else f"{count} of {len(results)} requests failed; {first}"
+    error = ModelRequestsError(message, results, errors)
+    error.http_status = first.http_status
+    return error
+
+
+def _all_failed(exc: ModelServerError, n: int) -> ModelRequestsError:
+    """A failure before any request was sent (the model's name, the prompt-format probe), for all ``n`` prompts."""
+    if isinstance(exc, ModelRequestsError):
+        return exc
+    return _requests_error(exc, n, [None] * n, [str(exc)] * n)
 
 
 def _bodies(common: Mapping[str, Any], field: str, values: Sequence[Any],

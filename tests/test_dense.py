@@ -292,3 +292,55 @@ def test_failed_dense_rebuild_keeps_the_index_it_was_replacing(tmp_path: Path) -
     # A flat index of one corpus is byte-identical from build to build.
     DenseRetriever.build(DOCS, tmp_path / "twin", encoder=HashEncoder(), show_progress=False)
     assert (tmp_path / "twin" / META_FILE).read_text() == (folder / META_FILE).read_text()
+
+
+class _Bar:
+    """Records what the dense build tells its progress bar (a stand-in for ``tqdm.tqdm``)."""
+
+    made: list[_Bar] = []
+
+    def __init__(self, *args: object, total: int | None = None, initial: int = 0, **kwargs: object) -> None:
+        self.total, self.initial, self.updates = total, initial, []
+        _Bar.made.append(self)
+
+    def __enter__(self) -> _Bar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def update(self, n: int = 1) -> None:
+        self.updates.append(n)
+
+    @staticmethod
+    def write(text: str, file: object = None, **kwargs: object) -> None:
+        print(text, file=file)  # type: ignore[call-overload]
+
+
+def test_build_progress_moves_per_document_batch_and_a_resumed_build_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import tqdm
+
+    monkeypatch.setattr(tqdm, "tqdm", _Bar)
+    docs = [Document(f"p{i}", f"Passage {i}", f"text of passage number {i} " * (1 + i % 3)) for i in range(10)]
+    # Fewer documents than one chunk (4,096): the bar still moves once per encoder batch.
+    _Bar.made.clear()
+    DenseRetriever.build(docs, tmp_path / "one", encoder=HashEncoder(), batch_size=3)
+    [bar] = _Bar.made
+    assert bar.total == 10 and bar.updates == [3, 3, 3, 1]
+    assert "resum" not in capsys.readouterr().err
+    # A build killed after its first chunk (the encoder fails on its second call) ...
+    with pytest.raises(RuntimeError, match="out of memory"):
+        DenseRetriever.build(docs, tmp_path / "two", encoder=FailingEncoder(), chunk_size=4, batch_size=4)
+    capsys.readouterr()
+    # ... resumes from it, says so, and counts the resumed documents as done.
+    _Bar.made.clear()
+    again = DenseRetriever.build(docs, tmp_path / "two", encoder=HashEncoder(), chunk_size=4, batch_size=4)
+    err = capsys.readouterr().err
+    assert "resuming" in err and "4 of 10 documents" in err, err
+    [bar] = _Bar.made
+    assert bar.initial + sum(bar.updates) == 10 and sum(bar.updates) == 6
+    whole = DenseRetriever.build(docs, tmp_path / "three", encoder=HashEncoder(), chunk_size=4, batch_size=4,
+                                 show_progress=False)
+    assert again.search_batch(["passage number 7"], 3) == whole.search_batch(["passage number 7"], 3)

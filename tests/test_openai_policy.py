@@ -258,3 +258,43 @@ def test_an_end_of_sequence_finish_ends_the_ids_with_eos_as_in_process(scripted:
     assert eos.finish_reason == "eos" and eos.token_ids[-1] == tokenizer.eos_token_id
     assert eos.token_ids[:-1] == tuple(tokenizer.encode("Paris.", add_special_tokens=False))
     assert cut.finish_reason == "length" and tokenizer.eos_token_id not in cut.token_ids
+
+
+def test_text_prompts_whose_ids_the_server_would_not_make_again_are_counted(scripted: Scripted,
+                                                                            tokenizer: Any) -> None:
+    # A server that takes only text (transformers serve) tokenizes the decoded prompt itself: ids
+    # encoded in pieces ("Ess" + "aly") reach it as the one-piece encoding, so it sees other tokens.
+    url, handler = scripted
+    enc = lambda s: tokenizer.encode(s, add_special_tokens=False)  # noqa: E731
+    pieced = enc("Question: Ess") + enc("aly")
+    whole = enc("Question: Essaly")
+    assert pieced != whole and tokenizer.decode(pieced) == tokenizer.decode(whole)
+    handler.script = [(400, b'{"detail": "prompt must be a string."}'), (200, _completion("a")),
+                      (200, _completion("b"))]
+    policy = OpenAICompletionsPolicy(url, tokenizer=tokenizer, model="m", max_concurrency=1)
+    with pytest.warns(UserWarning, match=r"1 of 2 prompt\(s\) .* re-encode to other token ids"):
+        policy.generate([whole, pieced], stop=STOPS, temperature=0)
+    assert policy.prompt_format == "text"
+    assert policy.is_exact(whole) and not policy.is_exact(pieced)
+    assert policy.usage["inexact_prompts"] == 1
+    # a server that takes ids gets them exactly
+    handler.script = [(200, _completion("x")), (200, _completion("y"))]
+    ids_policy = OpenAICompletionsPolicy(url, tokenizer=tokenizer, model="m")
+    ids_policy.generate([pieced], stop=STOPS, temperature=0)
+    assert ids_policy.prompt_format == "ids" and ids_policy.is_exact(pieced)
+    assert ids_policy.usage["inexact_prompts"] == 0
+
+
+def test_a_failed_request_keeps_the_generations_of_the_others(scripted: Scripted) -> None:
+    from agents.policies.base import GenerationError
+    from agents.policies.openai_compat import ModelRequestsError
+
+    url, handler = scripted
+    handler.script = [(200, _chat("<answer> a </answer>")), (502, b'{"error": {"message": "bad gateway"}}')]
+    policy = OpenAIChatPolicy(url, model="m", retries=0, max_concurrency=1)
+    with pytest.raises(ModelRequestsError, match=r"1 of 2 requests failed; .* HTTP 502: bad gateway") as info:
+        policy.generate_chat([[{"role": "user", "content": "q1"}], [{"role": "user", "content": "q2"}]])
+    assert isinstance(info.value, GenerationError) and isinstance(info.value, ModelServerError)
+    first, second = info.value.results
+    assert first is not None and first.text == "<answer> a </answer>" and second is None
+    assert info.value.errors[0] is None and "bad gateway" in str(info.value.errors[1])

@@ -13,8 +13,11 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,6 +25,7 @@ pytest.importorskip("httpcore")
 pytest.importorskip("transformers")
 pytest.importorskip("openai")  # transformers serve needs it (the dev extra installs it)
 
+from agents.policies.base import Generation  # noqa: E402
 from agents.policies.hf import HFPolicy, model_cache_dir, resolve_model_path  # noqa: E402
 from agents.policies.openai_compat import ModelServerError, OpenAIChatPolicy, OpenAICompletionsPolicy  # noqa: E402
 from searchenv.protocols import get_protocol  # noqa: E402
@@ -40,19 +44,14 @@ pytestmark = [
 ]
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    """``transformers serve <converted SmolLM2 folder>`` on a free port: ``(base URL, model folder)``."""
-    with pytest.MonkeyPatch.context() as mp:
-        if "SEARCHENV_CACHE" not in os.environ:  # the session's cache, as the autouse fixture sets it
-            mp.setenv("SEARCHENV_CACHE", str(_session_cache(tmp_path_factory)))
-        folder = str(resolve_model_path(MODEL))
-        assert Path(folder) == model_cache_dir(MODEL)
+@contextmanager
+def _serve(folder: str, log_dir: Path) -> Iterator[str]:
+    """``transformers serve <folder>`` on a free port of 127.0.0.1; yields its base URL."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     exe = Path(sys.executable).with_name("transformers")
-    log = (tmp_path_factory.mktemp("serve") / "serve.log").open("wb")
+    log = (log_dir / "serve.log").open("wb")
     proc = subprocess.Popen(
         [str(exe), "serve", folder, "--host", "127.0.0.1", "--port", str(port), "--device", "cpu"],
         stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1"},
@@ -70,10 +69,27 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"transformers serve did not start; see {log.name}")
             time.sleep(0.5)
-        yield url, folder
+        yield url
     finally:
         stop_process(proc)
         log.close()
+
+
+def _model_folder(tmp_path_factory: pytest.TempPathFactory) -> str:
+    with pytest.MonkeyPatch.context() as mp:
+        if "SEARCHENV_CACHE" not in os.environ:  # the session's cache, as the autouse fixture sets it
+            mp.setenv("SEARCHENV_CACHE", str(_session_cache(tmp_path_factory)))
+        folder = str(resolve_model_path(MODEL))
+        assert Path(folder) == model_cache_dir(MODEL)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """``transformers serve <converted SmolLM2 folder>`` on a free port: ``(base URL, model folder)``."""
+    folder = _model_folder(tmp_path_factory)
+    with _serve(folder, tmp_path_factory.mktemp("serve")) as url:
+        yield url, folder
 
 
 def _prompts(policy: HFPolicy) -> list[list[int]]:
@@ -137,3 +153,152 @@ def test_eval_cli_runs_reference_agents_on_the_served_model(served: tuple[str, s
         in proc.stderr
     episodes = [json.loads(line) for line in (out / "transcripts" / "rag__bm25.jsonl").read_text().splitlines()]
     assert len(episodes) == 3 and all(ep["steps"][-1]["generated_tokens"] > 0 for ep in episodes)
+
+
+# ------------------------------------------------ real rag and searcher prompts with retrieved documents
+
+#: Four questions in HotpotQA's distractor layout (written here): two gold paragraphs, two distractors each.
+HOTPOT = [
+    {"_id": "h1", "question": "In which country was the composer of Boléro born?", "answer": "France",
+     "type": "bridge", "level": "medium", "supporting_facts": [["Boléro", 0], ["Maurice Ravel", 1]],
+     "context": [["Boléro", ["Boléro is a one-movement orchestral piece by the composer Maurice Ravel.",
+                              " It premiered in Paris in 1928."]],
+                 ["Maurice Ravel", ["Joseph Maurice Ravel (1875–1937) was a composer, pianist and conductor.",
+                                    " He was born in Ciboure, a town in the south-west of France."]],
+                 ["Carmen", ["Carmen is an opera in four acts by Georges Bizet.", " It was first performed in 1875."]],
+                 ["Manuel de Falla", ["Manuel de Falla was a composer born in Cádiz, Spain, in 1876."]]]},
+    {"_id": "h2", "question": "Which river flows through the city where the Charles University is located?",
+     "answer": "Vltava", "type": "bridge", "level": "medium",
+     "supporting_facts": [["Charles University", 0], ["Prague", 1]],
+     "context": [["Charles University", ["Charles University is a public university in Prague, founded in 1348."]],
+                 ["Prague", ["Prague is the capital of the Czech Republic.",
+                             " The city lies on the Vltava river, which flows north to the Elbe."]],
+                 ["Vienna", ["Vienna is the capital of Austria and lies on the Danube."]],
+                 ["University of Vienna", ["The University of Vienna was founded in 1365."]]]},
+    {"_id": "h3", "question": "Who directed the film in which the song Moon River was first performed?",
+     "answer": "Blake Edwards", "type": "bridge", "level": "hard",
+     "supporting_facts": [["Moon River", 0], ["Breakfast at Tiffany's (film)", 0]],
+     "context": [["Moon River", ["Moon River is a song first performed by Audrey Hepburn in the 1961 film "
+                                 "Breakfast at Tiffany's."]],
+                 ["Breakfast at Tiffany's (film)", ["Breakfast at Tiffany's is a 1961 romantic comedy film "
+                                                    "directed by Blake Edwards."]],
+                 ["Roman Holiday", ["Roman Holiday is a 1953 film directed by William Wyler."]],
+                 ["Henry Mancini", ["Henry Mancini composed the music of Moon River with lyrics by Johnny Mercer."]]]},
+    {"_id": "h4", "question": "Are the Matterhorn and Mont Blanc in the same mountain range?", "answer": "yes",
+     "type": "comparison", "level": "easy", "supporting_facts": [["Matterhorn", 0], ["Mont Blanc", 0]],
+     "context": [["Matterhorn", ["The Matterhorn is a mountain of the Alps on the border of Switzerland and Italy."]],
+                 ["Mont Blanc", ["Mont Blanc is the highest mountain of the Alps, between France and Italy."]],
+                 ["Mount Etna", ["Mount Etna is an active volcano on the east coast of Sicily."]],
+                 ["Zugspitze", ["The Zugspitze is the highest peak of the Wetterstein range in Germany."]]]},
+]
+
+
+@pytest.fixture(scope="module")
+def hotpot(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Any], Any]:
+    """The HOTPOT questions as ``searchenv convert --format hotpotqa`` reads them, and a BM25 index of the contexts."""
+    from searchenv.retrievers.bm25 import BM25Retriever
+    from searchenv.tasks.formats import read_hotpotqa
+
+    folder = tmp_path_factory.mktemp("hotpot")
+    (folder / "hotpot_dev_distractor.json").write_text(json.dumps(HOTPOT, ensure_ascii=False), encoding="utf-8")
+    data = read_hotpotqa(folder / "hotpot_dev_distractor.json")
+    return data.examples, BM25Retriever.build(data.documents, folder / "bm25")
+
+
+class _Recorder:
+    """A policy that passes everything to ``policy`` and records each prompt with its generation."""
+
+    def __init__(self, policy: Any) -> None:
+        self.policy = policy
+        self.calls: list[tuple[list[int], Generation]] = []
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.policy.encode(text))
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        return str(self.policy.decode(token_ids))
+
+    def chat_prompt_ids(self, messages: Sequence[dict[str, str]]) -> list[int]:
+        return list(self.policy.chat_prompt_ids(messages))
+
+    def generate(self, prompts: Sequence[Sequence[int]], **kwargs: Any) -> list[Generation]:
+        gens = self.policy.generate(prompts, **kwargs)
+        self.calls.extend((list(p), g) for p, g in zip(prompts, gens, strict=True))
+        return list(gens)
+
+
+def _same(a: Generation, b: Generation) -> bool:
+    return (a.text, a.token_ids, a.finish_reason) == (b.text, b.token_ids, b.finish_reason)
+
+
+def test_rag_with_retrieved_documents_served_equals_in_process(served: tuple[str, str],
+                                                               hotpot: tuple[list[Any], Any]) -> None:
+    from agents.reference import make_agent, run_agent
+
+    url, folder = served
+    examples, retriever = hotpot
+    local = _Recorder(HFPolicy.smollm2())
+    server = OpenAICompletionsPolicy(url + "/v1", tokenizer=MODEL, model=folder, max_concurrency=1)
+    remote = _Recorder(server)
+    # one episode at a time in process, as the server answers one request at a time
+    runs = [run_agent(make_agent("rag", policy=p, max_new_tokens=32), examples, retriever, batch_size=1)  # type: ignore[arg-type]
+            for p in (local, remote)]
+    assert server.prompt_format == "text"  # transformers serve takes string prompts only
+    assert len(local.calls) == len(remote.calls) == len(examples)
+    for (prompt, want), (sent, got) in zip(local.calls, remote.calls, strict=True):
+        text = local.decode(prompt)
+        assert "<information>Doc 1(Title:" in text and text.endswith("</information>\n\n<answer>")
+        assert sent == prompt and server.is_exact(prompt)  # the server re-encodes the text to these ids
+        assert _same(got, want), (got, want)
+    assert [(e.answer, e.messages) for e in runs[0]] == [(e.answer, e.messages) for e in runs[1]]
+    assert server.usage["inexact_prompts"] == 0
+
+
+@pytest.fixture(scope="module")
+def searcher_served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, Any]]:
+    """The packaged searcher in process and, saved with its adapters merged, behind ``transformers serve``."""
+    pytest.importorskip("peft")
+    from agents.searcher import load_searcher
+
+    _model_folder(tmp_path_factory)
+    policy = load_searcher()
+    folder = tmp_path_factory.mktemp("searcher-merged")
+    policy.model.save_pretrained(str(folder))
+    policy.tokenizer.save_pretrained(str(folder))
+    with _serve(str(folder), tmp_path_factory.mktemp("serve-searcher")) as url:
+        yield url, str(folder), policy
+
+
+def test_searcher_prompts_served_equal_in_process_wherever_the_server_gets_the_same_ids(
+    searcher_served: tuple[str, str, Any], hotpot: tuple[list[Any], Any]
+) -> None:
+    """Multi-turn: what docs/agents.md states. A text-only server re-encodes the whole transcript, so
+    where an environment reply ends in a blank line and the model's turn follows ("\\n\\n" was one
+    token when the model read it, "\\n" "\\n" in the re-encoded text: from the third turn on) it sees
+    other ids; every other prompt, documents included, is the same ids and gets the same output."""
+    from agents.reference import LLMAgent, run_agent
+
+    url, folder, policy = searcher_served
+    examples, retriever = hotpot
+    local = _Recorder(policy)
+    run_agent(LLMAgent("searcher", local, max_new_tokens=64), examples, retriever, batch_size=1, max_turns=4)
+    server = OpenAICompletionsPolicy(url + "/v1", tokenizer=MODEL, model=folder, max_concurrency=1,
+                                     prompt_format="text")
+    stop = tuple(get_protocol("search-r1").stop)
+    exact_with_docs = inexact = inexact_equal = 0
+    for prompt, want in local.calls:
+        text = local.decode(prompt)
+        followed = text.rstrip("\n").count("</information>\n\n")  # replies the model's next turn follows
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            [got] = server.generate([prompt], stop=stop, max_new_tokens=64, temperature=0.0)
+        if server.is_exact(prompt):
+            assert followed == 0, text
+            assert _same(got, want), (text, got, want)
+            exact_with_docs += "<information>Doc 1(Title:" in text
+        else:
+            assert followed > 0, text
+            inexact += 1
+            inexact_equal += got.text == want.text
+    assert exact_with_docs >= 2 and inexact >= 1, (exact_with_docs, inexact)
+    print(f"searcher: {len(local.calls)} prompts, {inexact} re-encoded differently, {inexact_equal} of them same text")

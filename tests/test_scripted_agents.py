@@ -352,3 +352,63 @@ def test_heuristic_searches_a_comparisons_options_together_under_multi_query(bm2
     assert [len(s["queries"]) for s in mq.steps if s["action_type"] == "search"] == [1, 2]
     assert [len(s["queries"]) for s in one.steps if s["action_type"] == "search"] == [1, 1, 1]
     assert mq.answer == one.answer and mq.metrics["turns"] == one.metrics["turns"] - 1
+
+
+class _RecordingPolicy:
+    """A stand-in model with a byte-level BPE tokenizer that merges ``\\n\\n`` (as SmolLM2's does):
+    records every prompt and answers each with a fixed completion."""
+
+    def __init__(self, reply: str) -> None:
+        from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+        from transformers import PreTrainedTokenizerFast
+
+        from tests.tiny_model import CHAT_TEMPLATE
+
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+        texts = [f"{d.title}\n\n{d.text}\n\n<answer> x </answer>\n\n<information> </information>\n\n" for d in DOCS]
+        tok.train_from_iterator(texts * 3, trainer)
+        self.tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>",
+                                                 pad_token="<|endoftext|>", clean_up_tokenization_spaces=False)
+        self.tokenizer.chat_template = CHAT_TEMPLATE
+        self.reply = reply
+        self.prompts: list[list[int]] = []
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        return str(self.tokenizer.decode(list(token_ids), skip_special_tokens=False))
+
+    def chat_prompt_ids(self, messages: Sequence[dict[str, str]]) -> list[int]:
+        from agents.policies.base import chat_template_ids
+
+        return chat_template_ids(self.tokenizer, messages)
+
+    def generate(self, prompts, **kwargs):  # type: ignore[no-untyped-def]
+        from agents.policies.base import Generation
+
+        self.prompts.extend([list(p) for p in prompts])
+        ids = tuple(self.encode(self.reply))
+        return [Generation(self.reply, ids, None, "stop") for _ in prompts]
+
+
+@pytest.mark.parametrize("name", ["rag", "direct"])
+def test_answer_slot_prompts_are_the_tokenizers_own_encoding_of_their_text(bm25, name: str) -> None:  # type: ignore[no-untyped-def]
+    # A text-only model server (transformers serve) re-encodes the prompt's text: the agent's ids
+    # must be what the tokenizer makes of that text, or the served model sees other tokens. rag's
+    # information block ends in a blank line and "<answer>" follows: encoded apart, "\n\n" is one
+    # token; in one string, two.
+    policy = _RecordingPolicy(" Essaly </answer>")
+    pieces = policy.encode("</information>\n\n") + policy.encode("<answer>")
+    assert pieces != policy.encode("</information>\n\n<answer>")
+    records = run_agent(make_agent(name, policy=policy), EXAMPLES[:3], bm25)  # type: ignore[arg-type]
+    assert [r.answer for r in records] == ["Essaly"] * 3
+    assert len(policy.prompts) == 3
+    for prompt in policy.prompts:
+        text = policy.decode(prompt)
+        assert text.endswith("<answer>") and ("<information>" in text) == (name == "rag")
+        assert policy.tokenizer(text)["input_ids"] == prompt

@@ -108,7 +108,7 @@ def eval_command(
     """Run agents over the first N questions of a task split and print a comparison table."""
     from rich.console import Console
 
-    from agents.evaluate import EvalResult, compare, rich_table, write_results
+    from agents.evaluate import EvalResult, compare, rich_table, run_stem, write_results
     from agents.policies.openai_compat import ModelServerError
     from searchenv.cli import check_task_file, data_warnings_to_stderr
     from searchenv.corpus import CorpusFormatError
@@ -170,12 +170,23 @@ def eval_command(
 
     def progress(r: EvalResult) -> None:
         served = r.config.get("model_usage")
-        usage = (f"  [{served['requests']:g} requests, {served['prompt_tokens']:g} prompt + "
-                 f"{served['completion_tokens']:g} completion tokens, {served['retries']:g} retries]") if served else ""
-        err.print(
-            f"  {r.agent:>9} / {r.retriever:<6} EM {r.row['em']:.3f}  F1 {r.row['f1']:.3f}  "
-            f"({r.seconds:.1f} s){usage}"
-        )
+        usage = ""
+        if served:
+            inexact = served.get("inexact_prompts", 0)
+            usage = (f"  [{served['requests']:g} requests, {served['prompt_tokens']:g} prompt + "
+                     f"{served['completion_tokens']:g} completion tokens, {served['retries']:g} retries"
+                     + (f", {inexact:g} prompts the server re-tokenized differently" if inexact else "") + "]")
+        scores = f"EM {r.row['em']:.3f}  F1 {r.row['f1']:.3f}" if r.row["n"] else "no episode finished"
+        failed = f", {r.row['failed']} failed" if r.row.get("failed") else ""
+        err.print(f"  {r.agent:>9} / {r.retriever:<6} {scores}  ({r.seconds:.1f} s{failed}){usage}",
+                  markup=False, highlight=False, soft_wrap=True)
+
+    def say(line: str) -> None:  # progress per finished batch of an LLM agent's episodes
+        err.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
+
+    llm = LLM_AGENTS | {"searcher"}
+    checkpoints = out / "checkpoints" if out is not None else None
+    run_key = {"model": model, "model_url": model_url is not None, "served_model": served_model, "api": api}
 
     try:
         with data_warnings_to_stderr():
@@ -183,6 +194,10 @@ def eval_command(
                 agent,
                 retriever,
                 on_result=progress,
+                checkpoint_dir=checkpoints,
+                checkpoint_settings=run_key,
+                log=say,
+                log_agents=llm,
                 task=task,
                 split=split or "dev",
                 n=n,
@@ -210,11 +225,31 @@ def eval_command(
         raise typer.Exit(code=2) from None
     shown_split = split or ("file" if task_is_file else "dev")
     Console(file=sys.stdout, width=200).print(
-        rich_table(results, title=f"{task} / {shown_split} / first {results[0].row['n']} questions")
+        rich_table(results, title=f"{task} / {shown_split} / first "
+                   f"{results[0].row['n'] + results[0].row['failed']} questions")
     )
     if out is not None:
         paths = write_results(results, out)
         err.print(f"wrote {paths['json']} and {len(results)} transcript file(s) under {out / 'transcripts'}")
+        if checkpoints is not None:
+            for r in results:  # complete runs need their saved episodes no more
+                if not r.failures:
+                    (checkpoints / f"{run_stem(r.agent, r.retriever)}.jsonl").unlink(missing_ok=True)
+    failed = [(r, f) for r in results for f in r.failures]
+    if failed:
+        total = sum(r.row["n"] + r.row["failed"] for r in results if r.failures)
+        first_run, first = failed[0]
+        where = (f"The finished episodes are saved in {out}; rerun the same command to run only the failed ones"
+                 if out is not None else "Rerun with --out DIR to keep finished episodes as they complete (a rerun "
+                 "then runs only the rest)")
+        hint = ""
+        if model_url is not None:
+            hint = (f", after giving the server room: a longer --request-timeout (now {request_timeout:g} s) or a "
+                    f"lower --concurrency (now {concurrency})")
+        err.print(f"error: {len(failed)} of {total} episodes failed ({first_run.agent} / {first_run.retriever} "
+                  f"{first['example_id']}: {first['error']}). {where}{hint}.",
+                  markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(code=3)
 
 
 def register(app: typer.Typer) -> None:

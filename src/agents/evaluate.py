@@ -22,15 +22,22 @@ Row columns (means over questions):
 ``chars_read``     characters the environment showed the agent per question (documents, errors)
 ``sec_per_q``      wall-clock seconds per question (the whole batched run divided by n)
 =================  =====================================================================
+
+Episodes whose model request failed after its retries are not scored: ``n`` counts the finished
+ones, ``failed`` the others (listed in ``failures`` with the reason). With ``checkpoint_dir``,
+finished episodes are saved after every batch (:mod:`agents.episode_log`), and a run with the
+same settings continues from them: it runs only the episodes not saved (failed ones included),
+at the positions, seeds and batches they had, so its results are those of an uninterrupted run.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -116,7 +123,9 @@ class EvalResult:
         row: The aggregated metrics (:func:`summarize`).
         episodes: Every episode, in question order.
         seconds: Wall-clock seconds of the run.
-        config: Settings of the run (protocol, top_k, max_turns, seed, ...).
+        config: Settings of the run (protocol, top_k, max_turns, seed, ...; ``resumed``: episodes
+            read back from the checkpoint instead of run).
+        failures: ``{"example_id", "error"}`` of each episode that failed (not scored).
     """
 
     agent: str
@@ -127,6 +136,7 @@ class EvalResult:
     episodes: list[EpisodeRecord]
     seconds: float
     config: dict[str, Any] = field(default_factory=dict)
+    failures: list[dict[str, str]] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
         """JSON-ready row: names, settings and metrics, without the transcripts."""
@@ -138,6 +148,7 @@ class EvalResult:
             "seconds": self.seconds,
             "config": self.config,
             **self.row,
+            "failures": self.failures,
         }
 
 
@@ -194,6 +205,9 @@ def evaluate(
     seed: int = 0,
     max_new_tokens: int = 96,
     env_kwargs: Mapping[str, Any] | None = None,
+    checkpoint_dir: str | os.PathLike[str] | None = None,
+    checkpoint_settings: Mapping[str, Any] | None = None,
+    log: Callable[[str], None] | None = None,
     device: str | None = None,
 ) -> EvalResult:
     """Run an agent on the first ``n`` questions of a task split and aggregate the scores.
@@ -214,31 +228,83 @@ def evaluate(
         seed: Run seed.
         max_new_tokens: Generation cap per turn for LLM agents given by name.
         env_kwargs: Further ``SearchQAEnv`` arguments.
+        checkpoint_dir: Save finished episodes in ``<dir>/<agent>__<retriever>.jsonl`` after
+            every batch and continue from the episodes saved there by an earlier run with the
+            same settings (see the module docstring).
+        checkpoint_settings: More settings that make two runs the same (the model, the server):
+            saved episodes of a run whose settings differ are refused.
+        log: Called with a line of progress: one per finished batch of episodes, and one when a
+            run continues from saved episodes.
         device: Where an agent that loads its own model (``searcher``) puts it (None: auto).
 
     Returns:
         The row and the transcripts.
+
+    Raises:
+        ValueError: If the checkpoint holds episodes of a run with other settings.
     """
     examples, ret = load_split(task, split, retriever, corpus=corpus, n=n)
     if isinstance(agent, str):
         agent = make_agent(agent, policy=policy, max_new_tokens=max_new_tokens, seed=seed, device=device)
+    name, ret_label = agent.name, _label(retriever)
+    task_label = _label(task) if isinstance(task, str | os.PathLike) else "examples"
+    episode_log = None
+    saved: dict[int, EpisodeRecord] = {}
+    if checkpoint_dir is not None:
+        from agents.episode_log import EpisodeLog
+
+        questions = hashlib.sha256(json.dumps([[e.id, e.question] for e in examples]).encode()).hexdigest()[:16]
+        settings = {"agent": name, "retriever": ret_label, "task": task_label, "split": split, "n": len(examples),
+                    "questions": questions, "protocol": protocol if isinstance(protocol, str) else protocol.name,
+                    "top_k": top_k, "max_turns": max_turns, "reward": reward, "batch_size": batch_size,
+                    "seed": seed, "max_new_tokens": max_new_tokens, "env_kwargs": dict(env_kwargs or {}),
+                    **dict(checkpoint_settings or {})}
+        episode_log = EpisodeLog(Path(checkpoint_dir) / f"{run_stem(name, ret_label)}.jsonl", settings)
+        saved = {p: r for p, r in episode_log.load().items() if p < len(examples)}
+        if saved and log is not None:
+            log(f"resuming {name} / {ret_label} from {len(saved)} saved episodes ({episode_log.path})")
+    todo = [i for i in range(len(examples)) if i not in saved]
     served = getattr(getattr(agent, "policy", None), "usage", None)  # a model server's counters
     before = dict(served) if isinstance(served, Mapping) else None
     t0 = time.perf_counter()
-    episodes = run_agent(
-        agent,
-        examples,
-        ret,
-        protocol=protocol,
-        top_k=top_k,
-        max_turns=max_turns,
-        reward=reward,
-        batch_size=batch_size,
-        seed=seed,
-        env_kwargs=env_kwargs,
-    )
+    failed_so_far = 0
+
+    def save(items: list[tuple[int, EpisodeRecord]]) -> None:
+        nonlocal failed_so_far
+        failed_so_far += sum(r.error is not None for _, r in items)
+        if episode_log is not None:
+            episode_log.append(items)
+
+    def progress(done: int) -> None:
+        if log is None:
+            return
+        elapsed = time.perf_counter() - t0
+        left = f", ~{elapsed / done * (len(todo) - done):.0f} s left" if done < len(todo) else ""
+        failed = f", {failed_so_far} failed" if failed_so_far else ""
+        log(f"{name} / {ret_label}: {len(saved) + done}/{len(examples)} episodes ({elapsed:.0f} s{left}{failed})")
+
+    ran: list[EpisodeRecord] = []
+    if todo:
+        ran = run_agent(
+            agent,
+            [examples[i] for i in todo],
+            ret,
+            protocol=protocol,
+            top_k=top_k,
+            max_turns=max_turns,
+            reward=reward,
+            batch_size=batch_size,
+            seed=seed,
+            env_kwargs=env_kwargs,
+            positions=todo,
+            on_records=save,
+            on_batch=progress,
+        )
     seconds = time.perf_counter() - t0
-    task_label = _label(task) if isinstance(task, str | os.PathLike) else "examples"
+    by_position = {**saved, **dict(zip(todo, ran, strict=True))}
+    everything = [by_position[i] for i in range(len(examples))]
+    episodes = [e for e in everything if e.error is None]
+    failures = [{"example_id": e.example_id, "error": str(e.error)} for e in everything if e.error is not None]
     config = {
         "protocol": protocol if isinstance(protocol, str) else protocol.name,
         "top_k": top_k,
@@ -249,19 +315,20 @@ def evaluate(
         "seed": seed,
         "n": len(examples),
         "max_doc_chars": int(dict(env_kwargs or {}).get("max_doc_chars", DEFAULT_MAX_DOC_CHARS)),
+        "resumed": len(saved),
     }
-    device = getattr(getattr(agent, "policy", None), "device", None)
-    if device is not None:
-        config["device"] = str(device)
+    where = getattr(getattr(agent, "policy", None), "device", None)  # an in-process model's device
+    if where is not None:
+        config["device"] = str(where)
     if before is not None:
         after = agent.policy.usage  # type: ignore[attr-defined]
         # requests, prompt/completion tokens as the server counted them, retries, request seconds
         config["model_usage"] = {k: round(after[k] - before.get(k, 0), 3) for k in after}
     is_file = isinstance(task, str | os.PathLike) and Path(task).is_file()  # a QA file is one split: "file"
-    return EvalResult(
-        agent.name, _label(retriever), task_label, "file" if is_file else split, summarize(episodes, seconds),
-        episodes, seconds, config,
-    )
+    row = summarize(episodes, seconds) if episodes else {"n": 0, **{k: None for k, _, _ in COLUMNS}, "return": None}
+    row["failed"] = len(failures)
+    shown_split = "file" if is_file else split
+    return EvalResult(name, ret_label, task_label, shown_split, row, episodes, seconds, config, failures)
 
 
 def compare(
@@ -269,6 +336,7 @@ def compare(
     retrievers: Sequence[str | os.PathLike[str] | Retriever] = ("bm25",),
     *,
     on_result: Callable[[EvalResult], None] | None = None,
+    log_agents: Collection[str] | None = None,
     **kwargs: Any,
 ) -> list[EvalResult]:
     """Run every agent with every retriever (same questions, same settings).
@@ -277,6 +345,7 @@ def compare(
         agents: Agents or reference agent names.
         retrievers: Retriever names, index folders or instances.
         on_result: Called after each (agent, retriever) run, e.g. to print progress.
+        log_agents: Names of the agents whose runs get ``log`` (all when None), e.g. the slow ones.
         **kwargs: Passed to :func:`evaluate`.
 
     Returns:
@@ -290,9 +359,12 @@ def compare(
     if not retrievers:
         raise ValueError("retrievers must not be empty")
     out = []
+    log = kwargs.pop("log", None)
     for ret in retrievers:
         for agent in agents:
-            result = evaluate(agent, retriever=ret, **kwargs)
+            name = agent if isinstance(agent, str) else agent.name
+            shown = log if log_agents is None or name in log_agents else None
+            result = evaluate(agent, retriever=ret, log=shown, **kwargs)
             out.append(result)
             if on_result is not None:
                 on_result(result)
@@ -334,6 +406,11 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "x"
 
 
+def run_stem(agent: str, retriever: str) -> str:
+    """File name stem of one agent-retriever run: ``<agent>__<retriever>`` (transcripts, checkpoints)."""
+    return f"{_slug(agent)}__{_slug(retriever)}"
+
+
 def write_results(results: Sequence[EvalResult], out_dir: str | os.PathLike[str]) -> dict[str, Path]:
     """Write ``results.json`` (rows and settings), ``results.md`` and one transcript JSONL per row.
 
@@ -356,7 +433,7 @@ def write_results(results: Sequence[EvalResult], out_dir: str | os.PathLike[str]
     paths: dict[str, Path] = {}
     rows = []
     for r in results:
-        stem = f"{_slug(r.agent)}__{_slug(r.retriever)}"
+        stem = run_stem(r.agent, r.retriever)
         path = out / "transcripts" / f"{stem}.jsonl"
         atomic_write_lines(path, (json.dumps(ep.to_dict(), ensure_ascii=False) for ep in r.episodes))
         paths[f"transcripts/{stem}"] = path

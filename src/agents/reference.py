@@ -33,8 +33,9 @@ Agents (see :func:`make_agent`):
     own model, so the ``policy`` argument does not apply to it.
 
 LLM contexts are kept as token ids: the chat prompt (system + user) from
-``policy.chat_prompt_ids``, then each turn's generated ids exactly as generated, then the
-environment's reply encoded; nothing generated is retokenized.
+``policy.chat_prompt_ids``, then each turn's generated ids exactly as generated, and between two
+generated turns the text written there (the environment's replies, scripted turns, the answer
+slot's ``<answer>``) encoded as one string; nothing generated is retokenized.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from agents.policies.base import ChatPolicy, Policy
+from agents.policies.base import ChatPolicy, Generation, GenerationError, Policy
 from searchenv.env import SearchQAEnv, search_or_error
 from searchenv.protocols import Protocol as ActionProtocol
 from searchenv.protocols import get_protocol
@@ -62,10 +63,13 @@ class Turn:
     Attributes:
         text: The turn as sent to the environment.
         generated_tokens: Tokens a model generated for it (0 for scripted text).
+        error: Why the model gave no turn (its request failed after retries); the driver then ends
+            the episode as failed instead of sending ``text``.
     """
 
     text: str
     generated_tokens: int = 0
+    error: str | None = None
 
 
 @dataclass
@@ -210,7 +214,9 @@ class EpisodeRecord:
             ``cited_doc_ids`` after a citing answer.
         metrics: ``em``, ``f1``, ``contains``, ``evidence_recall`` (None without gold evidence),
             ``searches``, ``queries``, ``turns``, ``invalid_turns``, ``opens``, ``answered``, ``return``,
-            ``generated_tokens``, ``infra_errors``.
+            ``generated_tokens``, ``infra_errors``; empty for a failed episode.
+        error: Why the episode failed (the model gave no turn: its request failed after retries),
+            or None for a finished episode. A failed episode is not scored.
     """
 
     example_id: str
@@ -220,10 +226,11 @@ class EpisodeRecord:
     messages: list[dict[str, str]]
     steps: list[dict[str, Any]]
     metrics: dict[str, Any]
+    error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (one transcript line)."""
-        return {
+        """JSON-ready form (one transcript line; ``error`` only for a failed episode)."""
+        out = {
             "example_id": self.example_id,
             "question": self.question,
             "gold": self.gold,
@@ -232,6 +239,21 @@ class EpisodeRecord:
             "steps": self.steps,
             "metrics": self.metrics,
         }
+        if self.error is not None:
+            out["error"] = self.error
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> EpisodeRecord:
+        """The record :meth:`to_dict` wrote.
+
+        Raises:
+            KeyError, TypeError: If a field is missing or not of its type's shape.
+        """
+        error = data.get("error")
+        return cls(str(data["example_id"]), str(data["question"]), [str(g) for g in data["gold"]],
+                   None if data["answer"] is None else str(data["answer"]), list(data["messages"]),
+                   list(data["steps"]), dict(data["metrics"]), None if error is None else str(error))
 
 
 def with_system_prompt(protocol: ActionProtocol, text: str) -> ActionProtocol:
@@ -264,13 +286,19 @@ def run_agent(
     seed: int = 0,
     env_kwargs: Mapping[str, Any] | None = None,
     on_batch: Callable[[int], None] | None = None,
+    positions: Sequence[int] | None = None,
+    on_records: Callable[[list[tuple[int, EpisodeRecord]]], None] | None = None,
 ) -> list[EpisodeRecord]:
     """Run one episode per example through ``SearchQAEnv``, ``batch_size`` episodes at a time.
+
+    An episode whose model request fails after its retries (an agent returns a :class:`Turn`
+    with ``error``) ends as a failed :class:`EpisodeRecord` (``error`` set, not scored); the
+    other episodes go on.
 
     Args:
         agent: The agent.
         examples: The questions, in order; episode ``i`` gets per-episode seed from
-            ``(seed, i)``, so results do not depend on ``batch_size`` for scripted agents.
+            ``(seed, positions[i])``, so results do not depend on ``batch_size`` for scripted agents.
         retriever: Shared by all episodes; every round searches all queries in one call.
         protocol: Protocol name or instance (the agent may adapt it, e.g. its prompt).
         top_k: Documents per query.
@@ -280,17 +308,26 @@ def run_agent(
         seed: Run seed.
         env_kwargs: Further ``SearchQAEnv`` keyword arguments.
         on_batch: Called with the number of episodes finished after each batch.
+        positions: Each example's position in the whole run (default ``0, 1, ...``): a run that
+            continues an interrupted one passes the positions of the examples it still has to
+            run, so they get the seeds, and batches, they had.
+        on_records: Called after each batch with its ``(position, record)`` pairs (to save
+            finished episodes as they complete).
 
     Returns:
         One :class:`EpisodeRecord` per example, in order.
 
     Raises:
-        ValueError: For a non-positive ``batch_size`` or an empty example list.
+        ValueError: For a non-positive ``batch_size``, an empty example list, or ``positions`` of
+            another length.
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
     if not examples:
         raise ValueError("examples must not be empty")
+    places = list(range(len(examples))) if positions is None else [int(p) for p in positions]
+    if len(places) != len(examples):
+        raise ValueError(f"positions has {len(places)} entries for {len(examples)} examples")
     proto = agent.adapt_protocol(get_protocol(protocol) if isinstance(protocol, str) else protocol)
     turns_cap = max_turns if agent.max_turns is None else min(max_turns, agent.max_turns)
     kwargs = dict(env_kwargs or {})
@@ -309,8 +346,11 @@ def run_agent(
     ]
     records: list[EpisodeRecord] = []
     for start in range(0, len(examples), n_envs):
-        batch = list(enumerate(examples[start : start + n_envs], start))
-        records.extend(_run_batch(agent, envs[: len(batch)], batch, retriever, top_k, seed))
+        batch = list(zip(places[start : start + n_envs], examples[start : start + n_envs], strict=True))
+        done = _run_batch(agent, envs[: len(batch)], batch, retriever, top_k, seed)
+        records.extend(done)
+        if on_records is not None:
+            on_records([(pos, rec) for (pos, _), rec in zip(batch, done, strict=True)])
         if on_batch is not None:
             on_batch(len(records))
     return records
@@ -335,6 +375,7 @@ def _run_batch(
         env.reset(seed=_episode_seed(seed, pos), options={"example_id": ex.id})
         states.append(EpisodeState(pos, ex, env.protocol, env.max_turns, _episode_seed(seed, pos), env.messages()))
         step_logs.append([])
+    errors: list[str | None] = [None] * len(batch)
     active = list(range(len(batch)))
     round_no = 0
     while active:
@@ -342,6 +383,10 @@ def _run_batch(
         turns = agent.act([states[i] for i in active], seed=round_seed)
         if len(turns) != len(active):
             raise RuntimeError(f"agent {agent.name!r} returned {len(turns)} turns for {len(active)} episodes")
+        for i, t in zip(active, turns, strict=True):
+            errors[i] = t.error
+        turns = [t for t in turns if t.error is None]
+        active = [i for i in active if errors[i] is None]  # a failed episode ends here, unscored
         requests = [envs[i].prepare_step(t.text) for i, t in zip(active, turns, strict=True)]
         queries = [q for r in requests for q in r.queries]
         all_hits = search_or_error(retriever, queries, top_k) if queries else None
@@ -382,6 +427,10 @@ def _run_batch(
     out = []
     for i, (_, ex) in enumerate(batch):
         final = finals[i]
+        if errors[i] is not None:
+            out.append(EpisodeRecord(ex.id, ex.question, list(ex.answers), None, states[i].messages, step_logs[i], {},
+                                     errors[i]))
+            continue
         if final is None:  # pragma: no cover - every episode ends by answer or budget
             raise RuntimeError("episode did not finish")
         ep = final["episode"]
@@ -499,7 +548,11 @@ class LLMAgent:
             return protocol
         return with_system_prompt(protocol, self.system_prompt(protocol))
 
-    def _context(self, ep: EpisodeState) -> list[int]:
+    def _context(self, ep: EpisodeState) -> tuple[list[int], list[str]]:
+        """The episode's context: ids up to the end of the last generated turn, and the text written since.
+
+        The text (the environment's replies, scripted turns) is not encoded yet.
+        """
         policy = self.policy
         if isinstance(policy, ChatPolicy):
             raise TypeError("a chat policy keeps no token-id context")
@@ -507,13 +560,15 @@ class LLMAgent:
         if ids is None:
             ids = list(policy.chat_prompt_ids(ep.messages[:2]))
             ep.memory["ids"] = ids
+            ep.memory["text"] = []
             ep.memory["synced"] = 0
-        # Append what the environment said after turns we have not yet added.
+        text: list[str] = ep.memory["text"]
+        # Add what the environment said after turns we have not yet added.
         for step in ep.steps[ep.memory["synced"] :]:
             if step.info["new_text"]:
-                ids.extend(policy.encode(step.info["new_text"]))
+                text.append(step.info["new_text"])
         ep.memory["synced"] = len(ep.steps)
-        return ids
+        return ids, text
 
     def _scripted(self, ep: EpisodeState) -> str | None:
         if self.first_search and ep.turn == 0:
@@ -536,34 +591,46 @@ class LLMAgent:
         prompts: list[list[int]] = []
         prefixes: list[str] = []
         for i, ep in enumerate(episodes):
-            ctx = self._context(ep)
+            ids, written = self._context(ep)
             scripted = self._scripted(ep)
             if scripted is not None:
-                ctx.extend(self.policy.encode(scripted))
+                written.append(scripted)
                 out[i] = Turn(scripted, 0)
                 continue
             prefix = "<answer>" if self.answer_slot else ""
+            # Text written since the last generated turn is encoded as one string (with the
+            # answer slot's "<answer>"), so those ids are the tokenizer's own encoding of that
+            # text, as a server that takes only text would make them; generated ids stay as
+            # generated.
+            written.append(prefix)
+            tail = "".join(written)
             todo.append(i)
-            prompts.append(ctx + (self.policy.encode(prefix) if prefix else []))
+            prompts.append(ids + (self.policy.encode(tail) if tail else []))
             prefixes.append(prefix)
         if todo:
             # One generate call for the whole round (the policy chunks it by its max_batch_size and
             # reuses the key/values of the previous round's prompts).
-            gens = self.policy.generate(
-                prompts,
-                stop=self._stop(episodes),
-                max_new_tokens=self.max_new_tokens,
-                temperature=self.temperature,
-                top_p=self.top_p,
-                seed=self._seeds(episodes, todo, seed),
-            )
+            try:
+                gens: list[Generation | None] = list(self.policy.generate(
+                    prompts,
+                    stop=self._stop(episodes),
+                    max_new_tokens=self.max_new_tokens,
+                    temperature=self.temperature,
+                    top_p=self.top_p,
+                    seed=self._seeds(episodes, todo, seed),
+                ))
+                failures: list[str | None] = [None] * len(gens)
+            except GenerationError as exc:  # some requests failed: their episodes fail, the rest go on
+                gens, failures = exc.results, exc.errors
             if len(gens) != len(prompts):
                 raise RuntimeError(f"policy returned {len(gens)} generations for {len(prompts)} prompts")
-            for j, prefix, gen in zip(todo, prefixes, gens, strict=True):
-                ctx = episodes[j].memory["ids"]
-                if prefix:
-                    ctx.extend(self.policy.encode(prefix))
-                ctx.extend(gen.token_ids)
+            for j, prompt, prefix, gen, failure in zip(todo, prompts, prefixes, gens, failures, strict=True):
+                if gen is None:
+                    out[j] = Turn("", 0, failure or "the model gave no generation")
+                    continue
+                memory = episodes[j].memory
+                memory["ids"] = prompt + list(gen.token_ids)
+                memory["text"] = []
                 text = prefix + gen.text
                 if self.answer_slot:
                     text = close_answer(text)
@@ -588,17 +655,24 @@ class LLMAgent:
             todo.append(i)
             conversations.append(chat_messages(ep.messages))
         if todo:
-            gens = policy.generate_chat(
-                conversations,
-                stop=self._stop(episodes),
-                max_new_tokens=self.max_new_tokens,
-                temperature=self.temperature,
-                top_p=self.top_p,
-                seed=self._seeds(episodes, todo, seed),
-            )
+            try:
+                gens: list[Generation | None] = list(policy.generate_chat(
+                    conversations,
+                    stop=self._stop(episodes),
+                    max_new_tokens=self.max_new_tokens,
+                    temperature=self.temperature,
+                    top_p=self.top_p,
+                    seed=self._seeds(episodes, todo, seed),
+                ))
+                failures: list[str | None] = [None] * len(gens)
+            except GenerationError as exc:  # some requests failed: their episodes fail, the rest go on
+                gens, failures = exc.results, exc.errors
             if len(gens) != len(conversations):
                 raise RuntimeError(f"policy returned {len(gens)} replies for {len(conversations)} conversations")
-            for j, gen in zip(todo, gens, strict=True):
+            for j, gen, failure in zip(todo, gens, failures, strict=True):
+                if gen is None:
+                    out[j] = Turn("", 0, failure or "the model gave no reply")
+                    continue
                 text = gen.text
                 if self.answer_slot:
                     start = text.find("<answer>")

@@ -34,6 +34,22 @@ class Generation:
         return self.n_tokens if self.n_tokens is not None else len(self.token_ids)
 
 
+class GenerationError(RuntimeError):
+    """Some prompts of a batched call got no generation (a model server's requests failed).
+
+    The others did: an agent keeps them and fails only the episodes whose prompt failed.
+
+    Attributes:
+        results: Per prompt, in order: its :class:`Generation`, or None where it failed.
+        errors: Per prompt: why it failed, or None where it did not.
+    """
+
+    def __init__(self, message: str, results: Sequence[Generation | None], errors: Sequence[str | None]) -> None:
+        super().__init__(message)
+        self.results = list(results)
+        self.errors = list(errors)
+
+
 @runtime_checkable
 class Policy(Protocol):
     """Anything that continues a batch of prompts.

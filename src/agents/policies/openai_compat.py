@@ -8,6 +8,10 @@ Two classes, one per API:
     are sent as token ids where the server accepts them (vLLM, SGLang and llama.cpp do: the
     context reaches the model exactly) and otherwise as the decoded text, special tokens kept
     (``prompt_format="auto"`` finds out on the first request; ``transformers serve`` takes text).
+    A server given text tokenizes it itself, so it sees the agent's ids only where they are the
+    tokenizer's own encoding of the text (:meth:`OpenAICompletionsPolicy.is_exact`); the others
+    are counted in ``usage["inexact_prompts"]``, with a warning, as greedy outputs may differ
+    from the same model in process there (docs/agents.md, Served models).
     Use it for base and instruct models whose tokenizer you have.
 :class:`OpenAIChatPolicy` (``POST /v1/chat/completions``)
     A :class:`~agents.policies.base.ChatPolicy`: agents send the conversation as messages
@@ -19,7 +23,10 @@ Two classes, one per API:
 Both send the protocol's stop strings, one request per prompt with at most ``max_concurrency``
 in flight, each with a per-request seed (reproducible where the server honours ``seed``) and a
 ``timeout`` deadline; connection errors, timeouts, 408/429 and 5xx answers are retried with
-exponential backoff (or the server's ``Retry-After``). Token usage is summed in :attr:`usage`.
+exponential backoff (or the server's ``Retry-After``). A request that still fails does not lose
+the others: :class:`ModelRequestsError` holds every generation that came back, so an agent fails
+only that prompt's episode (a timeout's message names ``--request-timeout`` and ``--concurrency``).
+Token usage is summed in :attr:`usage`.
 
 What a served model gives differs from an in-process one (:class:`~agents.policies.hf.HFPolicy`):
 
@@ -40,12 +47,13 @@ from __future__ import annotations
 import os
 import threading
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from agents.policies.base import Generation, chat_template_ids, check_sampling, request_seeds
+from agents.policies.base import Generation, GenerationError, chat_template_ids, check_sampling, request_seeds
 
 #: Environment variable read for the API key when none is given.
 API_KEY_ENV = "OPENAI_API_KEY"
@@ -56,6 +64,13 @@ class ModelServerError(RuntimeError):
     """A request to the model server failed (the message names the URL and the reason)."""
 
     http_status: int | None = None
+
+
+class ModelRequestsError(ModelServerError, GenerationError):
+    """Some requests of one ``generate`` call failed after their retries; the rest are in ``results``.
+
+    The message is the failure's (the first one's, with how many failed, when several did).
+    """
 
 
 def api_base(url: str) -> str:
@@ -143,7 +158,8 @@ class _OpenAIBase:
         self._model = model
         self._pool = ThreadPoolExecutor(max_concurrency, thread_name_prefix="searchenv-openai")
         self._lock = threading.Lock()
-        self._usage = {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0, "seconds": 0.0}
+        self._usage = {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0, "seconds": 0.0,
+                       "inexact_prompts": 0}
 
     # ------------------------------------------------------------------ tokenizer
 
@@ -184,13 +200,27 @@ class _OpenAIBase:
 
     @property
     def usage(self) -> dict[str, float]:
-        """Totals so far: requests, prompt and completion tokens (as the server counted), retries, seconds."""
+        """Totals so far: requests, prompt and completion tokens (as the server counted), retries, seconds.
+
+        ``inexact_prompts`` counts prompts sent as text whose ids the server's tokenizer does not
+        make again from that text (see :meth:`OpenAICompletionsPolicy.is_exact`).
+        """
         with self._lock:
             return {**self._usage, "retries": self._client.retried}
 
     def _post(self, body: dict[str, Any]) -> dict[str, Any]:
         start = time.monotonic()
-        payload = self._client.post(self.url, body, start + self.timeout, timeout=self.timeout)
+        try:
+            payload = self._client.post(self.url, body, start + self.timeout, timeout=self.timeout)
+        except ModelServerError as exc:
+            if "answer within" not in str(exc):
+                raise
+            # A busy server queues requests: say which settings give it room.
+            raise ModelServerError(
+                f"{exc} (a busy server queues requests: allow each more time with --request-timeout / timeout= "
+                f"(now {self.timeout:g} s), or send fewer at once with --concurrency / max_concurrency= "
+                f"(now {self.max_concurrency}))"
+            ) from None
         if not isinstance(payload, dict) or not isinstance(payload.get("choices"), list) or not payload["choices"]:
             raise ModelServerError(f"model server {self.url} answered without 'choices': {str(payload)[:200]}")
         usage = _usage_of(payload)
@@ -229,9 +259,18 @@ class _OpenAIBase:
             n_tokens = count if isinstance(count, int) and not isinstance(count, bool) else len(ids)
             return Generation(text, ids, None, finish, n_tokens)
 
-        if len(bodies) == 1:
-            return [one(bodies[0])]
-        return list(self._pool.map(one, bodies))
+        def attempt(body: dict[str, Any]) -> Generation | ModelServerError:
+            try:
+                return one(body)
+            except ModelServerError as exc:
+                return exc
+
+        results = [attempt(bodies[0])] if len(bodies) == 1 else list(self._pool.map(attempt, bodies))
+        failed = [r for r in results if isinstance(r, ModelServerError)]
+        if failed:
+            raise _requests_error(failed[0], len(failed), [r if isinstance(r, Generation) else None for r in results],
+                                  [str(r) if isinstance(r, ModelServerError) else None for r in results])
+        return [r for r in results if isinstance(r, Generation)]
 
     def close(self) -> None:
         """Close the connections and worker threads."""
@@ -295,18 +334,55 @@ class OpenAICompletionsPolicy(_OpenAIBase):
         """Continue every prompt, one request each (see :class:`~agents.policies.base.Policy`).
 
         Raises:
-            ModelServerError: If a request fails after its retries (the message says why).
+            ModelRequestsError: If a request fails after its retries (a :class:`ModelServerError` whose
+                message says why, and a :class:`~agents.policies.base.GenerationError` holding the
+                generations of the requests that did not fail).
         """
         check_sampling(prompts, stop, max_new_tokens, temperature, top_p)
         if not prompts:
             return []
         seeds = request_seeds(seed, len(prompts))
-        common = {**self._sampling(max_new_tokens, temperature, top_p, stop), **self.extra_body}
         ids = [self.encode(p) if isinstance(p, str) else [int(t) for t in p] for p in prompts]
-        if self.prompt_format == "auto":
-            self._probe(ids[0], common)
-        prompts_sent = [p if self.prompt_format == "ids" else self.decode(p) for p in ids]
+        try:
+            common = {**self._sampling(max_new_tokens, temperature, top_p, stop), **self.extra_body}
+            if self.prompt_format == "auto":
+                self._probe(ids[0], common)
+        except ModelServerError as exc:
+            raise _all_failed(exc, len(prompts)) from None
+        prompts_sent: list[list[int]] | list[str] = ids
+        if self.prompt_format == "text":
+            prompts_sent = [self.decode(p) for p in ids]
+            inexact = sum(self._server_ids(t) != p for p, t in zip(ids, prompts_sent, strict=True))
+            if inexact:
+                with self._lock:
+                    self._usage["inexact_prompts"] += inexact
+                warnings.warn(
+                    f"{inexact} of {len(ids)} prompt(s) sent as text to {self.url} re-encode to other token ids "
+                    "than the agent's context (a piece of text encoded on its own, such as an environment reply "
+                    "ending in a blank line before the model's next turn, or a split the model generated): "
+                    "the server sees other tokens there, so its output may differ from the same model in "
+                    "process. A server that takes token ids (vLLM, SGLang, llama.cpp) gets them exactly "
+                    "(docs/agents.md, Served models)",
+                    UserWarning,
+                    stacklevel=2,
+                )
         return self._run(_bodies(common, "prompt", prompts_sent, seeds), _completion_text, stop)
+
+    def is_exact(self, prompt: Sequence[int]) -> bool:
+        """Whether the server is given exactly these token ids.
+
+        Always when ids are sent; as text (``prompt_format="text"``, e.g. ``transformers serve``),
+        when the served model's tokenizer makes these ids again from the decoded text, as the
+        server does with a string prompt (special tokens added as its tokenizer adds them).
+        """
+        if self.prompt_format == "ids":
+            return True
+        ids = [int(t) for t in prompt]
+        return self._server_ids(self.decode(ids)) == ids
+
+    def _server_ids(self, text: str) -> list[int]:
+        """The ids a server that takes text makes of ``text`` (the tokenizer called as ``transformers serve`` does)."""
+        return [int(t) for t in self._need_tokenizer()(text)["input_ids"]]
 
     def _probe(self, prompt: list[int], common: dict[str, Any]) -> None:
         """Settle ``prompt_format="auto"``: ids if the server takes a token-id prompt, else text."""
@@ -346,13 +422,14 @@ class OpenAIChatPolicy(_OpenAIBase):
 
         Raises:
             ValueError: If a message is not ``{"role": ..., "content": str}``.
-            ModelServerError: If a request fails after its retries (the message says why).
+            ModelRequestsError: If a request fails after its retries (a :class:`ModelServerError` whose
+                message says why, and a :class:`~agents.policies.base.GenerationError` holding the
+                generations of the requests that did not fail).
         """
         check_sampling(conversations, stop, max_new_tokens, temperature, top_p)
         if not conversations:
             return []
         seeds = request_seeds(seed, len(conversations))
-        common = {**self._sampling(max_new_tokens, temperature, top_p, stop), **self.extra_body}
         all_messages = []
         for c, conv in enumerate(conversations):
             messages = []
@@ -363,7 +440,27 @@ class OpenAIChatPolicy(_OpenAIBase):
                                      f"string content, got {str(msg)[:100]}")
                 messages.append({"role": msg["role"], "content": msg["content"]})
             all_messages.append(messages)
+        try:
+            common = {**self._sampling(max_new_tokens, temperature, top_p, stop), **self.extra_body}
+        except ModelServerError as exc:
+            raise _all_failed(exc, len(conversations)) from None
         return self._run(_bodies(common, "messages", all_messages, seeds), _chat_text, stop)
+
+
+def _requests_error(first: ModelServerError, count: int, results: Sequence[Generation | None],
+                    errors: Sequence[str | None]) -> ModelRequestsError:
+    """One :class:`ModelRequestsError` for a call whose ``count`` failures start with ``first``."""
+    message = str(first) if count == len(results) == 1 else f"{count} of {len(results)} requests failed; {first}"
+    error = ModelRequestsError(message, results, errors)
+    error.http_status = first.http_status
+    return error
+
+
+def _all_failed(exc: ModelServerError, n: int) -> ModelRequestsError:
+    """A failure before any request was sent (the model's name, the prompt-format probe), for all ``n`` prompts."""
+    if isinstance(exc, ModelRequestsError):
+        return exc
+    return _requests_error(exc, n, [None] * n, [str(exc)] * n)
 
 
 def _bodies(common: Mapping[str, Any], field: str, values: Sequence[Any],

@@ -321,36 +321,52 @@ def _encode_chunks(
 ) -> list[Path]:
     """Embed every document into ``cache/chunk-NNNNNN.npy``, skipping chunks already there.
 
-    Each chunk's texts are encoded sorted by length (batches of similar lengths pad little) and
-    put back in corpus order; a chunk is written to a temporary file and renamed, so a chunk file
-    is whole or absent.
+    Each chunk's texts are encoded sorted by length (batches of similar lengths pad little), one
+    encoder call per ``batch_size`` texts so the progress bar moves per batch, and put back in
+    corpus order; a chunk is written to a temporary file and renamed, so a chunk file is whole or
+    absent. A build that finds finished chunks (a killed build's) says that it resumes.
     """
+    import sys
+
     from tqdm import tqdm
 
     n, dim = len(store), int(enc.dim)
     cache.mkdir(parents=True, exist_ok=True)
-    paths = []
-    with tqdm(total=n, desc=f"embedding ({enc.name})", unit="doc", disable=not show_progress) as bar:
-        for number, start in enumerate(range(0, n, chunk_size)):
-            stop = min(n, start + chunk_size)
-            path = cache / f"chunk-{number:06d}.npy"
-            paths.append(path)
-            if path.is_file():
-                try:
-                    done = np.load(path, mmap_mode="r")
-                    if done.shape == (stop - start, dim) and done.dtype == np.float32:
-                        bar.update(stop - start)
-                        continue
-                except (OSError, ValueError):
-                    pass  # unreadable: encode it again
+    spans = [(start, min(n, start + chunk_size)) for start in range(0, n, chunk_size)]
+    paths = [cache / f"chunk-{number:06d}.npy" for number in range(len(spans))]
+    finished = [_finished_chunk(path, stop - start, dim) for path, (start, stop) in zip(paths, spans, strict=True)]
+    resumed = sum(stop - start for done, (start, stop) in zip(finished, spans, strict=True) if done)
+    if resumed and show_progress:
+        tqdm.write(f"resuming a dense build: {resumed:,} of {n:,} documents already embedded "
+                   f"({sum(finished)} of {len(spans)} chunks in {cache})", file=sys.stderr)
+    with tqdm(total=n, initial=resumed, desc=f"embedding ({enc.name})", unit="doc",
+              disable=not show_progress) as bar:
+        for path, (start, stop), done in zip(paths, spans, finished, strict=True):
+            if done:
+                continue
             texts = [store[i].contents for i in range(start, stop)]
             order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-            encoded = _as_unit_rows(enc.encode([texts[i] for i in order], batch_size=batch_size), dim, normalize=True)
+            parts = []
+            for lo in range(0, len(order), batch_size):
+                batch = [texts[i] for i in order[lo : lo + batch_size]]
+                parts.append(_as_unit_rows(enc.encode(batch, batch_size=batch_size), dim, normalize=True))
+                bar.update(len(batch))
+            encoded = np.concatenate(parts)
             vectors = np.empty_like(encoded)
             vectors[order] = encoded
             _save_npy_atomically(path, vectors)
-            bar.update(stop - start)
     return paths
+
+
+def _finished_chunk(path: Path, rows: int, dim: int) -> bool:
+    """Whether ``path`` holds a whole chunk of ``rows`` x ``dim`` float32 vectors (else it is encoded again)."""
+    if not path.is_file():
+        return False
+    try:
+        done = np.load(path, mmap_mode="r")
+    except (OSError, ValueError):
+        return False  # unreadable: encode it again
+    return bool(done.shape == (rows, dim) and done.dtype == np.float32)
 
 
 def _chunk_sample(paths: Sequence[Path], rows: np.ndarray) -> np.ndarray:

@@ -1,0 +1,119 @@
+"""Finished episodes saved as they complete, so an interrupted evaluation continues where it stopped.
+
+An :class:`EpisodeLog` is one JSONL file: the first line holds the settings of the run
+(``{"searchenv_episodes": 1, "settings": {...}}``), then one line per finished episode,
+``{"position": i, "episode": {...}}`` (:meth:`agents.reference.EpisodeRecord.to_dict`), appended
+and flushed to disk after every batch. A run killed at any moment leaves whole lines and at most
+one torn last line, which the next run drops; a failed episode is not saved, so the next run
+tries it again. Saved episodes of a run with other settings are refused, never mixed in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from agents.reference import EpisodeRecord
+from searchenv.corpus import atomic_write_lines
+from searchenv.jsonsafe import loads
+
+#: Version of the file layout, on the first line.
+LOG_VERSION = 1
+
+
+class EpisodeLog:
+    """The saved episodes of one agent with one retriever (see the module docstring).
+
+    Args:
+        path: The JSONL file (created on the first :meth:`append`).
+        settings: What makes two runs the same run (agent, task, questions, model, sampling,
+            batch size, ...): JSON values, compared with the saved ones by :meth:`load`.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], settings: Mapping[str, Any]) -> None:
+        self.path = Path(path)
+        self.settings = json.loads(json.dumps(dict(settings)))  # as it reads back: lists, not tuples
+
+    def load(self) -> dict[int, EpisodeRecord]:
+        """The episodes saved so far, by position (empty when there is no file).
+
+        A torn last line (the run was killed while writing it) is dropped from the file.
+
+        Raises:
+            ValueError: If the file was written by a run with other settings (naming each
+                setting that differs), or a line is not what this class writes (naming the
+                file, the line and the field).
+        """
+        if not self.path.is_file():
+            return {}
+        data = self.path.read_bytes()
+        lines = data.split(b"\n")
+        if data and not data.endswith(b"\n"):  # killed mid-line: keep the whole lines only
+            keep = len(data) - len(lines[-1])
+            with self.path.open("r+b") as f:
+                f.truncate(keep)
+            lines = lines[:-1]
+        lines = [x for x in lines if x.strip()]
+        if not lines:
+            return {}
+        where = f"{self.path}, line 1"
+        header = self._json(lines[0], where)
+        if not isinstance(header, dict) or header.get("searchenv_episodes") != LOG_VERSION or \
+                not isinstance(header.get("settings"), dict):
+            raise ValueError(f"{where}: expected the settings line of saved episodes "
+                             f'({{"searchenv_episodes": {LOG_VERSION}, "settings": ...}}); delete the file or use '
+                             "another --out")
+        differ = [k for k in sorted(set(header["settings"]) | set(self.settings))
+                  if header["settings"].get(k) != self.settings.get(k)]
+        if differ:
+            said = "; ".join(f"{k}: {_short(header['settings'].get(k))} there, {_short(self.settings.get(k))} now"
+                             for k in differ)
+            raise ValueError(f"{self.path} holds episodes of a run with other settings ({said}); rerun with the "
+                             f"settings it was saved with to continue it, or use another --out (or delete the file) "
+                             "to start again")
+        out: dict[int, EpisodeRecord] = {}
+        for number, line in enumerate(lines[1:], start=2):
+            where = f"{self.path}, line {number}"
+            item = self._json(line, where)
+            if not isinstance(item, dict):
+                raise ValueError(f"{where}: expected an object with 'position' and 'episode'")
+            position = item.get("position")
+            if isinstance(position, bool) or not isinstance(position, int) or position < 0:
+                raise ValueError(f"{where}, field 'position': expected a non-negative integer, got {position!r}")
+            try:
+                out[position] = EpisodeRecord.from_dict(item["episode"])
+            except (KeyError, TypeError, ValueError) as exc:
+                raise ValueError(f"{where}, field 'episode': not a saved episode ({type(exc).__name__}: {exc})") \
+                    from None
+        return out
+
+    def append(self, items: Sequence[tuple[int, EpisodeRecord]]) -> None:
+        """Save finished episodes (failed ones are left out, to be run again) and flush them to disk."""
+        lines = [json.dumps({"position": pos, "episode": rec.to_dict()}, ensure_ascii=False)
+                 for pos, rec in items if rec.error is None]
+        if not lines:
+            return
+        if not self.path.is_file():
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            header = {"searchenv_episodes": LOG_VERSION, "settings": self.settings}
+            atomic_write_lines(self.path, [json.dumps(header, ensure_ascii=False)])
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write("".join(line + "\n" for line in lines))
+            f.flush()
+            os.fsync(f.fileno())
+
+    def remove(self) -> None:
+        """Delete the file (the run is complete and its results are written)."""
+        self.path.unlink(missing_ok=True)
+
+    @staticmethod
+    def _json(line: bytes, where: str) -> Any:
+        return loads(line, where)  # a JSONInputError (a ValueError) naming the file and line
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -149,8 +149,9 @@ def test_interrupted_build_resumes_and_gives_the_same_index(tmp_path: Path) -> N
     reference = DenseRetriever.build(docs, tmp_path / "ref", encoder=CountingEncoder(), chunk_size=100,
                                      show_progress=False)
     with pytest.raises(RuntimeError, match="killed"):
+        # one encoder call per chunk (batch_size = chunk_size), so the fifth call is the fifth chunk
         DenseRetriever.build(docs, tmp_path / "idx", encoder=CountingEncoder(fail_after=4), chunk_size=100,
-                             show_progress=False)
+                             batch_size=100, show_progress=False)
     (pending,) = (tmp_path / "idx").glob(".encode-*")
     assert sorted(p.name for p in pending.iterdir()) == [f"chunk-00000{i}.npy" for i in range(4)]
     assert not (tmp_path / "idx" / META_FILE).exists()  # nothing published
@@ -183,7 +184,7 @@ def test_killed_build_process_resumes(tmp_path: Path) -> None:
                 return super().encode(texts, batch_size)
 
         DenseRetriever.build(_docs(700), {str(tmp_path / "idx")!r}, encoder=Killed(), chunk_size=100,
-                             index_type="ivf-sq8", nlist=4, show_progress=False)
+                             batch_size=100, index_type="ivf-sq8", nlist=4, show_progress=False)
     """))
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})

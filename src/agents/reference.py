@@ -586,6 +586,7 @@ class LLMAgent:
         """Generate one turn per episode with one batched ``generate`` (or ``generate_chat``) call."""
         if isinstance(self.policy, ChatPolicy):
             return self._act_chat(episodes, seed=seed)
+        policy = self.policy
         out: list[Turn | None] = [None] * len(episodes)
         todo: list[int] = []
         prompts: list[list[int]] = []
@@ -610,18 +611,14 @@ class LLMAgent:
         if todo:
             # One generate call for the whole round (the policy chunks it by its max_batch_size and
             # reuses the key/values of the previous round's prompts).
-            try:
-                gens: list[Generation | None] = list(self.policy.generate(
-                    prompts,
-                    stop=self._stop(episodes),
-                    max_new_tokens=self.max_new_tokens,
-                    temperature=self.temperature,
-                    top_p=self.top_p,
-                    seed=self._seeds(episodes, todo, seed),
-                ))
-                failures: list[str | None] = [None] * len(gens)
-            except GenerationError as exc:  # some requests failed: their episodes fail, the rest go on
-                gens, failures = exc.results, exc.errors
+            gens, failures = _generations_or_failures(lambda: policy.generate(
+                prompts,
+                stop=self._stop(episodes),
+                max_new_tokens=self.max_new_tokens,
+                temperature=self.temperature,
+                top_p=self.top_p,
+                seed=self._seeds(episodes, todo, seed),
+            ))
             if len(gens) != len(prompts):
                 raise RuntimeError(f"policy returned {len(gens)} generations for {len(prompts)} prompts")
             for j, prompt, prefix, gen, failure in zip(todo, prompts, prefixes, gens, failures, strict=True):
@@ -655,18 +652,14 @@ class LLMAgent:
             todo.append(i)
             conversations.append(chat_messages(ep.messages))
         if todo:
-            try:
-                gens: list[Generation | None] = list(policy.generate_chat(
-                    conversations,
-                    stop=self._stop(episodes),
-                    max_new_tokens=self.max_new_tokens,
-                    temperature=self.temperature,
-                    top_p=self.top_p,
-                    seed=self._seeds(episodes, todo, seed),
-                ))
-                failures: list[str | None] = [None] * len(gens)
-            except GenerationError as exc:  # some requests failed: their episodes fail, the rest go on
-                gens, failures = exc.results, exc.errors
+            gens, failures = _generations_or_failures(lambda: policy.generate_chat(
+                conversations,
+                stop=self._stop(episodes),
+                max_new_tokens=self.max_new_tokens,
+                temperature=self.temperature,
+                top_p=self.top_p,
+                seed=self._seeds(episodes, todo, seed),
+            ))
             if len(gens) != len(conversations):
                 raise RuntimeError(f"policy returned {len(gens)} replies for {len(conversations)} conversations")
             for j, gen, failure in zip(todo, gens, failures, strict=True):
@@ -712,6 +705,21 @@ def close_answer(text: str) -> str:
         if line:
             return f"<answer> {line} </answer>"
     return text
+
+
+def _generations_or_failures(
+    call: Callable[[], Sequence[Generation]],
+) -> tuple[list[Generation | None], list[str | None]]:
+    """A batched generate call's results, and per prompt why it failed (None where it did not).
+
+    When some requests fail (:class:`~agents.policies.base.GenerationError`), the others'
+    generations are kept: their episodes go on and only the failed ones fail.
+    """
+    try:
+        gens: list[Generation | None] = list(call())
+    except GenerationError as exc:
+        return list(exc.results), list(exc.errors)
+    return gens, [None] * len(gens)
 
 
 def make_agent(

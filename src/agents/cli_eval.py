@@ -223,9 +223,8 @@ def eval_command(
             )
         err.print(f"error: {exc}{hint}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(code=2) from None
-    shown_split = split or ("file" if task_is_file else "dev")
     Console(file=sys.stdout, width=200).print(
-        rich_table(results, title=f"{task} / {shown_split} / first "
+        rich_table(results, title=f"{task} / {results[0].split} / first "
                    f"{results[0].row['n'] + results[0].row['failed']} questions")
     )
     if out is not None:

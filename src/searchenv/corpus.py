@@ -164,7 +164,10 @@ def atomic_write_files(files: Sequence[tuple[str | os.PathLike[str], Iterable[st
     """Write several files as :func:`atomic_write_lines` does, renaming none until all are written.
 
     A failure while writing any of them (a full disk, text that cannot be encoded) leaves every
-    previous file in place, so files that belong together are not left mismatched.
+    previous file in place, so files that belong together are not left mismatched. The renames
+    themselves are one per file: a process killed between two of them leaves a new file beside an
+    old one (each whole); questions written by ``searchenv convert`` carry their corpus's
+    fingerprint, so such a pair is reported where it is used, not read silently.
 
     Args:
         files: ``(destination, lines without trailing newlines)`` pairs.

@@ -52,6 +52,14 @@ def test_exported_adapters_reload_to_the_trained_model(tmp_path: Path, qa_file: 
     after = _logits(loaded, text)
     assert not torch.allclose(after, before, atol=1e-3)  # the adapters changed the model
     torch.testing.assert_close(after, _logits(trained, text), atol=2e-2, rtol=2e-2)  # fp16-stored adapters
+    # upto: only the adapters up to the first of a kind (both phases here are SFT: the first one)
+    first_only = tiny_policy(seed=0)
+    load_weights(first_only, first.output_dir)
+    cold = _logits(load_searcher(out, policy=tiny_policy(seed=0), upto="sft"), text)
+    torch.testing.assert_close(cold, _logits(first_only, text), atol=2e-2, rtol=2e-2)
+    assert not torch.allclose(cold, after, atol=1e-3)
+    with pytest.raises(ValueError, match=r"upto='grpo'.*\['sft', 'sft'\]"):
+        load_searcher(out, policy=tiny_policy(seed=0), upto="grpo")
 
     # Re-exporting replaces the folder as a whole.
     export_searcher([second.output_dir], out)

@@ -142,13 +142,16 @@ def read_manifest(path: str | os.PathLike[str] = PACKAGED) -> dict[str, Any]:
     return manifest
 
 
-def load_searcher(path: str | os.PathLike[str] = PACKAGED, *, policy: Any = None, **policy_kwargs: Any) -> Any:
+def load_searcher(path: str | os.PathLike[str] = PACKAGED, *, policy: Any = None, upto: str | None = None,
+                  **policy_kwargs: Any) -> Any:
     """The packaged base model with the searcher's adapters merged in, as an :class:`HFPolicy`.
 
     Args:
         path: A folder written by :func:`export_searcher` (default: the packaged searcher).
         policy: The base policy to merge the adapters into (default: the packaged SmolLM2,
             loaded with ``policy_kwargs``); it must be the model the adapters were trained on.
+        upto: Merge the adapters up to and including the first of this ``kind`` (``"sft"``: the
+            cold-start model that RL starts from); default all of them.
         **policy_kwargs: Keyword arguments of :class:`agents.policies.hf.HFPolicy`.
 
     Returns:
@@ -156,7 +159,7 @@ def load_searcher(path: str | os.PathLike[str] = PACKAGED, *, policy: Any = None
 
     Raises:
         SearcherNotFoundError: If ``path`` holds no searcher.
-        ValueError: If an adapter does not fit the base model.
+        ValueError: If an adapter does not fit the base model, or none is of kind ``upto``.
     """
     from peft import LoraConfig, get_peft_model
     from safetensors.torch import load_file
@@ -164,11 +167,17 @@ def load_searcher(path: str | os.PathLike[str] = PACKAGED, *, policy: Any = None
     from agents.policies.hf import HFPolicy
 
     manifest = read_manifest(path)
+    adapters = list(manifest["adapters"])
+    if upto is not None:
+        kinds = [spec.get("kind") for spec in adapters]
+        if upto not in kinds:
+            raise ValueError(f"upto={upto!r}: the searcher in {Path(path)} has adapters of kinds {kinds}")
+        adapters = adapters[: kinds.index(upto) + 1]
     if policy is None:
         policy = HFPolicy.smollm2(**policy_kwargs)
     dtype = next(policy.model.parameters()).dtype
     folder = _published(path)
-    for spec in manifest["adapters"]:
+    for spec in adapters:
         file = folder / str(spec["file"])
         names = {n.rsplit(".", 1)[-1] for n, _ in policy.model.named_modules()}
         lcfg = LoraConfig(

@@ -114,7 +114,8 @@ def test_seven_set_suite_card_equals_numbers_recomputed_by_hand(tmp_path: Path, 
     rows = {}
     for name in SEVEN:
         episodes = [json.loads(x) for x in (out / "transcripts" / f"{name}.jsonl").read_text().splitlines()]
-        questions = [json.loads(x) for x in next((FIXTURES / "search-r1" / name).glob("*.jsonl")).read_text().splitlines()]
+        qa_file = next((FIXTURES / "search-r1" / name).glob("*.jsonl"))
+        questions = [json.loads(x) for x in qa_file.read_text().splitlines()]
         assert [e["example_id"] for e in episodes] == [q["id"] for q in questions]
         rows[name] = _by_hand(episodes)
         _check_row(card["sets"][name], rows[name])

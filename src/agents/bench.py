@@ -361,7 +361,7 @@ def judge_set(judge: Any, examples: Sequence[Any], episodes: Sequence[Any], path
     todo = [e for e in episodes if (e.example_id, str(e.answer)) not in log.saved]
     for start in range(0, len(todo), batch):
         chunk = todo[start:start + batch]
-        items = [(e.question, e.answer, e.gold, [a for a in pool if a not in e.gold]) for e in chunk]
+        items = [(e.answer, e.gold, [a for a in pool if a not in e.gold]) for e in chunk]
         for e, verdict in zip(chunk, judge.judge(items), strict=True):
             log.saved[(e.example_id, str(e.answer))] = verdict.to_dict()
         log.save()

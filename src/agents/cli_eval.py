@@ -46,7 +46,7 @@ def load_policy(model: str | None, device: str = "auto") -> Any:
 
 
 def check_model_flags(model: str | None, model_url: str | None, served_model: str | None, api: str) -> None:
-    """Check the model flags shared by ``eval`` and ``bench`` (``--model``, ``--model-url``, ``--served-model``, ``--api``).
+    """Check the model flags ``eval`` and ``bench`` share: ``--model``, ``--model-url``, ``--served-model``, ``--api``.
 
     Raises:
         typer.BadParameter: Naming the flag and what is wrong.

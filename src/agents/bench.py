@@ -616,6 +616,8 @@ def card_markdown(card: Mapping[str, Any]) -> str:
     for name, row in [*card["sets"].items(), ("average", card["average"])]:
         cells = [name if name != "average" else "**average**", str(row["n"]), str(row["failed"])]
         lines.append("| " + " | ".join(cells + [_fmt(k, row.get(k)) for k, _, _ in METRICS]) + " |")
+    lines += ["", "Average: the mean of the set means (each set weighs the same); n and counts are summed. Cover EM: "
+              "a gold answer is a substring of the prediction, both normalised."]
     published = card.get("published") or []
     if published:
         names = list(card["sets"])
@@ -625,8 +627,11 @@ def card_markdown(card: Mapping[str, Any]) -> str:
         for r in published:
             cells = [r["name"], *[_fmt("em", r["values"].get(x)) for x in names], _fmt("em", r.get("average"))]
             lines.append("| " + " | ".join(cells) + " |")
+        sources: dict[tuple[str, str], list[str]] = {}
         for r in published:
-            lines.append(f"\n- {r['name']}: {r['source']}. Settings: {r['settings']}.")
+            sources.setdefault((r["source"], r["settings"]), []).append(r["name"])
+        for (source, settings), rows_named in sources.items():
+            lines.append(f"\n{'; '.join(rows_named)}: {source}. Settings: {settings}.")
     avg = card["average"]
     lines += ["", f"Invalid turns by code: {_short(avg['invalid_by_code']) if avg['invalid_by_code'] else 'none'}; "
               f"unanswered (turn budget spent): {avg['unanswered']}; failed episodes (not scored): {avg['failed']}."]

@@ -96,8 +96,14 @@ def bench_command(
         except (ValueError, ModelServerError) as exc:
             err.print(f"error: --judge-url: {exc}", markup=False, highlight=False, soft_wrap=True)
             raise typer.Exit(code=2) from None
-    model_label = model_url and f"{served_model or 'served'} at {model_url}" or model
-    if agent in LLM_AGENTS and model_label is None:
+    model_label = model  # the served model by the name it is served under, not by the server's address
+    if policy is not None and model_url is not None:
+        try:
+            model_label = f"{policy.model} (served, {type(policy).__name__})"
+        except ModelServerError as exc:
+            err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
+            raise typer.Exit(code=2) from None
+    elif agent in LLM_AGENTS and model_label is None:
         model_label = "SmolLM2-135M-Instruct (packaged)"
 
     def say(line: str) -> None:

@@ -549,7 +549,7 @@ class ChoiceAnswerJudge:
     def describe(self) -> dict[str, Any]:
         """What makes two judges the same judge: model, prompts and settings (recorded on cards)."""
         return {"kind": "choice", "model": str(getattr(self.policy, "model", type(self.policy).__name__)),
-                "url": getattr(self.policy, "url", None), "system_prompt": self.system_prompt,
+                "system_prompt": self.system_prompt,
                 "template": self.template, "decoys": self.decoys, "passes": 2,
                 "max_new_tokens": self.max_new_tokens, "temperature": self.temperature, "seed": self.seed,
                 "max_answer_chars": self.max_answer_chars}

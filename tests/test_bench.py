@@ -324,3 +324,12 @@ def test_browsecomp_plus_reader_and_its_errors(tmp_path: Path) -> None:
     good.write_text('{"query_id": 1, "query": "q?", "answer": "a"}\n')
     with pytest.raises(CorpusFormatError, match="'9'"):
         read_browsecomp_plus(good, qrels)
+
+
+def test_questions_per_set_must_be_a_positive_integer(tmp_path: Path) -> None:
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="n must be a positive integer"):
+            run_bench("search-r1", FIXTURES / "search-r1", tmp_path / "o", "oracle", n=bad)  # type: ignore[arg-type]
+    card = run_bench("search-r1", FIXTURES / "search-r1", tmp_path / "o", "oracle", n=1, sets=["nq", "popqa"],
+                     index_root=tmp_path / "idx")
+    assert [r["n"] for r in card["sets"].values()] == [1, 1] and card["settings"]["questions_per_set"] == 1

@@ -474,6 +474,8 @@ def run_bench(
     spec = SUITES[suite] if isinstance(suite, str) and suite in SUITES else suite
     if not isinstance(spec, Suite):
         raise ValueError(f"unknown suite {suite!r}; known: {', '.join(SUITES)}")
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+        raise ValueError(f"n must be a positive integer or None, got {n!r}")
     out_dir = Path(out)
     pairs, corpus_path, qrels_path = suite_files(spec, data, corpus=corpus, qrels=qrels, sets=sets)
     loaded = []

@@ -333,3 +333,9 @@ def test_questions_per_set_must_be_a_positive_integer(tmp_path: Path) -> None:
     card = run_bench("search-r1", FIXTURES / "search-r1", tmp_path / "o", "oracle", n=1, sets=["nq", "popqa"],
                      index_root=tmp_path / "idx")
     assert [r["n"] for r in card["sets"].values()] == [1, 1] and card["settings"]["questions_per_set"] == 1
+
+
+def test_judge_flags_are_checked(tmp_path: Path) -> None:
+    result = _bench(["search-r1", "--data", str(FIXTURES / "search-r1"), "--agent", "oracle", "--out",
+                     str(tmp_path / "o"), "--judge-model", "m"])
+    assert result.exit_code == 2 and "--judge-model applies to --judge-url" in result.output

@@ -33,3 +33,5 @@ def register(app: typer.Typer) -> None:
         trainers.register_plot(app)
     if (ev := _optional("agents.cli_eval")) is not None:
         ev.register(app)
+    if (bench := _optional("agents.cli_bench")) is not None:
+        bench.register(app)

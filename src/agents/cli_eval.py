@@ -45,6 +45,50 @@ def load_policy(model: str | None, device: str = "auto") -> Any:
     return HFPolicy.from_pretrained(model, device=where)
 
 
+def check_model_flags(model: str | None, model_url: str | None, served_model: str | None, api: str) -> None:
+    """Check the model flags ``eval`` and ``bench`` share: ``--model``, ``--model-url``, ``--served-model``, ``--api``.
+
+    Raises:
+        typer.BadParameter: Naming the flag and what is wrong.
+    """
+    if api not in ("auto", "completions", "chat"):
+        raise typer.BadParameter(f"must be auto, completions or chat, got {api!r}", param_hint="--api")
+    if model_url is None and (served_model is not None or api != "auto"):
+        raise typer.BadParameter("--served-model and --api apply to --model-url", param_hint="--model-url")
+    if model_url is not None and api == "completions" and model is None:
+        raise typer.BadParameter(
+            "the completions API needs the served model's tokenizer: add --model (packaged name, .gguf or "
+            "model folder), or use --api chat",
+            param_hint="--api",
+        )
+
+
+def build_policy(model: str | None, model_url: str | None, served_model: str | None, api: str, concurrency: int,
+                 request_timeout: float, device: str, err: Any) -> Any:
+    """The model of the LLM agents: a served one (``--model-url``) or one loaded in process.
+
+    Raises:
+        typer.Exit: With code 2 when the model cannot be reached or loaded (the reason printed).
+    """
+    try:
+        if model_url is not None:
+            from agents.policies.openai_compat import openai_policy
+
+            policy = openai_policy(model_url, api=api, tokenizer=model, model=served_model,
+                                   max_concurrency=concurrency, timeout=request_timeout)
+            err.print(f"using {type(policy).__name__} at {policy.url}")
+            return policy
+        err.print(f"loading model {model or 'SmolLM2-135M-Instruct (packaged)'} ...")
+        policy = load_policy(model, device)
+        from agents.devices import describe
+
+        err.print(f"model on {describe(policy.device)}")
+        return policy
+    except (ValueError, FileNotFoundError) as exc:  # a CheckpointError is a ValueError
+        err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(code=2) from None
+
+
 def eval_command(
     agent: list[str] = typer.Option(
         ..., "--agent", "-a", help=f"Agent to evaluate (repeatable): {', '.join(AGENT_NAMES)}."
@@ -139,34 +183,10 @@ def eval_command(
         check_device_name(device, "--device")
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--device") from None
-    if api not in ("auto", "completions", "chat"):
-        raise typer.BadParameter(f"must be auto, completions or chat, got {api!r}", param_hint="--api")
-    if model_url is None and (served_model is not None or api != "auto"):
-        raise typer.BadParameter("--served-model and --api apply to --model-url", param_hint="--model-url")
-    if model_url is not None and api == "completions" and model is None:
-        raise typer.BadParameter(
-            "the completions API needs the served model's tokenizer: add --model (packaged name, .gguf or "
-            "model folder), or use --api chat",
-            param_hint="--api",
-        )
+    check_model_flags(model, model_url, served_model, api)
     policy: Any = None
     if any(a in LLM_AGENTS for a in agent):
-        try:
-            if model_url is not None:
-                from agents.policies.openai_compat import openai_policy
-
-                policy = openai_policy(model_url, api=api, tokenizer=model, model=served_model,
-                                       max_concurrency=concurrency, timeout=request_timeout)
-                err.print(f"using {type(policy).__name__} at {policy.url}")
-            else:
-                err.print(f"loading model {model or 'SmolLM2-135M-Instruct (packaged)'} ...")
-                policy = load_policy(model, device)
-                from agents.devices import describe
-
-                err.print(f"model on {describe(policy.device)}")
-        except (ValueError, FileNotFoundError) as exc:  # a CheckpointError is a ValueError
-            err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
-            raise typer.Exit(code=2) from None
+        policy = build_policy(model, model_url, served_model, api, concurrency, request_timeout, device, err)
 
     def progress(r: EvalResult) -> None:
         served = r.config.get("model_usage")

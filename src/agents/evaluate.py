@@ -209,6 +209,7 @@ def evaluate(
     checkpoint_settings: Mapping[str, Any] | None = None,
     log: Callable[[str], None] | None = None,
     device: str | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> EvalResult:
     """Run an agent on the first ``n`` questions of a task split and aggregate the scores.
 
@@ -236,6 +237,8 @@ def evaluate(
         log: Called with a line of progress: one per finished batch of episodes, and one when a
             run continues from saved episodes.
         device: Where an agent that loads its own model (``searcher``) puts it (None: auto).
+        on_progress: Called with (episodes done, episodes in all) once the saved episodes are
+            read and after every batch (saved episodes count as done), e.g. for a progress bar.
 
     Returns:
         The row and the transcripts.
@@ -275,7 +278,12 @@ def evaluate(
         if episode_log is not None:
             episode_log.append(items)
 
+    if on_progress is not None:
+        on_progress(len(saved), len(examples))
+
     def progress(done: int) -> None:
+        if on_progress is not None:
+            on_progress(len(saved) + done, len(examples))
         if log is None:
             return
         elapsed = time.perf_counter() - t0

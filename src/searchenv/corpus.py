@@ -92,7 +92,7 @@ def document_from_record(record: object, where: str) -> Document:
     """
     if not isinstance(record, dict):
         raise CorpusFormatError(f"{where}: expected a JSON object, got {type(record).__name__}")
-    doc_id = record.get("id", record.get("_id"))
+    doc_id = record.get("id", record.get("_id", record.get("docid")))  # docid: BrowseComp-Plus's corpus
     if isinstance(doc_id, int) and not isinstance(doc_id, bool):
         doc_id = str(doc_id)
     if not isinstance(doc_id, str) or not doc_id:

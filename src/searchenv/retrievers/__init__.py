@@ -34,6 +34,7 @@ __all__ = [
     "RetrieverError",
     "StaleIndexError",
     "build_index",
+    "cached_index_folder",
     "check_k",
     "index_kinds",
     "open_index",
@@ -158,6 +159,27 @@ def build_index(
     return retriever
 
 
+def cached_index_folder(
+    kind: str, corpus: str | os.PathLike[str], cache_root: Path | None = None, *, sha: str | None = None,
+    **options: Any,
+) -> Path:
+    """The folder :func:`retriever_for_corpus` keeps the index of ``corpus`` in (built or not).
+
+    Args:
+        kind: A registered index kind.
+        corpus: The corpus file.
+        cache_root: Cache folder (default ``searchenv.tasks.cache_dir() / "indexes"``).
+        sha: The corpus file's SHA-256 when the caller has it (else it is computed).
+        **options: Build options (part of the cache key).
+    """
+    from searchenv.tasks.base import cache_dir
+
+    root = cache_root if cache_root is not None else cache_dir() / "indexes"
+    sha = sha if sha is not None else file_sha256(corpus)
+    opt_key = "-".join(f"{k}={options[k]}" for k in sorted(options))
+    return root / f"{kind}-{sha[:16]}{('-' + opt_key) if opt_key else ''}"
+
+
 def retriever_for_corpus(
     kind: str, corpus: str | os.PathLike[str], cache_root: Path | None = None, **options: Any
 ) -> Retriever:
@@ -175,12 +197,8 @@ def retriever_for_corpus(
     Returns:
         The retriever.
     """
-    from searchenv.tasks.base import cache_dir
-
-    root = cache_root if cache_root is not None else cache_dir() / "indexes"
     sha = file_sha256(corpus)
-    opt_key = "-".join(f"{k}={options[k]}" for k in sorted(options))
-    folder = root / f"{kind}-{sha[:16]}{('-' + opt_key) if opt_key else ''}"
+    folder = cached_index_folder(kind, corpus, cache_root, sha=sha, **options)
     folder.mkdir(parents=True, exist_ok=True)
     with index_lock(folder):
         try:

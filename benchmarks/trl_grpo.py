@@ -173,6 +173,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         warmup_steps=0, logging_steps=1, report_to="none", save_strategy="no", beta=0.0,
         reward_weights=weights, seed=args.seed, use_cpu=device.type == "cpu", bf16=False,
         temperature=args.temperature, top_p=1.0, disable_tqdm=True,
+        max_completion_length=2048,  # each episode's completion (turns and documents); the token budget rules
     )
     lora = LoraConfig(r=args.lora_r, lora_alpha=2 * args.lora_r, lora_dropout=0.0, task_type="CAUSAL_LM",
                       target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "down_proj", "gate_proj"])

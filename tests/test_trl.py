@@ -157,6 +157,23 @@ def test_answered_episodes_are_not_truncated_completions(tmp_path: Path, bm25: B
     assert log["rewards/searchenv_answered/mean"] == 1.0
 
 
+def test_trl_sampling_settings_are_honoured_or_refused(tmp_path: Path, bm25: BM25Retriever) -> None:
+    """max_completion_length caps each episode's completion; settings transformers cannot apply are refused."""
+    rollout = _Recording(list(EXAMPLES), retriever=bm25, max_turns=4, max_new_tokens=12)
+    rollout.calls = []
+    trainer = _trainer(tmp_path, rollout, steps=1, max_completion_length=40)
+    trainer.train()
+    [out] = rollout.calls
+    assert max(len(ids) for ids in out["completion_ids"]) <= 40  # turns, documents and EOS together
+    assert any(m["turns"] < 4 for m in out["searchenv_metrics"])  # cut by the cap, not the turn budget
+    prompts = [EXAMPLES[0].question] * 4
+    for setting, value in (("top_k", 5), ("min_p", 0.1), ("repetition_penalty", 1.2),
+                           ("generation_kwargs", {"no_repeat_ngram_size": 3})):
+        other = _trainer(tmp_path, rollout, steps=1, **{setting: value})
+        with pytest.raises(ValueError, match=rf"GRPOConfig\({setting}={value!r}\).*use_vllm=True"):
+            rollout(prompts, other)
+
+
 def test_reward_functions_are_named_and_weighted() -> None:
     funcs, weights = reward_functions(("em", "evidence_recall"))
     assert [f.__name__ for f in funcs] == ["searchenv_return", "searchenv_em", "searchenv_evidence_recall"]

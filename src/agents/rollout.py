@@ -291,6 +291,9 @@ class RolloutEngine:
         max_total_tokens: Cap on prompt + completion tokens per episode; an episode that reaches
             it ends with ``stop_reason="max_total_tokens"`` (a turn cut by it is not sent to the
             environment; environment text that does not fit is cut).
+        max_completion_tokens: Cap on completion tokens (generated and environment) per episode,
+            enforced as ``max_total_tokens`` is and ending with the same stop reason (TRL's
+            ``max_completion_length``); default no cap beyond ``max_total_tokens``.
         temperature: Sampling temperature (0 for greedy).
         top_p: Nucleus sampling threshold.
         stop: Stop strings; default the environment protocol's (``</search>``, ``</answer>``).
@@ -304,6 +307,7 @@ class RolloutEngine:
         concurrency: int = 32,
         max_new_tokens: int = 256,
         max_total_tokens: int = 4096,
+        max_completion_tokens: int | None = None,
         temperature: float = 1.0,
         top_p: float = 1.0,
         stop: Sequence[str] | None = None,
@@ -312,6 +316,7 @@ class RolloutEngine:
             ("concurrency", concurrency),
             ("max_new_tokens", max_new_tokens),
             ("max_total_tokens", max_total_tokens),
+            ("max_completion_tokens", 1 if max_completion_tokens is None else max_completion_tokens),
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -326,6 +331,7 @@ class RolloutEngine:
         self.envs = _env_pool(env, concurrency)
         self.max_new_tokens = max_new_tokens
         self.max_total_tokens = max_total_tokens
+        self.max_completion_tokens = max_completion_tokens
         self.temperature = float(temperature)
         self.top_p = float(top_p)
         if isinstance(stop, str):
@@ -414,6 +420,14 @@ class RolloutEngine:
         return RolloutBatch(done, stats)
 
     # ---- one round -------------------------------------------------------------------------
+    def _room(self, rec: EpisodeRecord, extra: int = 0) -> int:
+        """Tokens the episode may still add (``extra`` of them already planned) under both token caps."""
+        used = len(rec.completion_ids) + extra
+        room = self.max_total_tokens - len(rec.prompt_ids) - used
+        if self.max_completion_tokens is not None:
+            room = min(room, self.max_completion_tokens - used)
+        return room
+
     def _reset_options(self, ex: Example) -> dict[str, Any]:
         if isinstance(ex, QAExample):
             env = self.envs[0]
@@ -447,7 +461,7 @@ class RolloutEngine:
             prompt_cache[key] = [int(t) for t in self.policy.chat_prompt_ids(messages)]
         rec = EpisodeRecord(index, group, sample, env.example.id, ep_seed, list(prompt_cache[key]))
         live = _Live(rec, env)
-        if len(rec.prompt_ids) >= self.max_total_tokens:
+        if self._room(rec) <= 0:
             self._end_early(live)
         elif start is not None:
             self._replay(live, start)
@@ -479,7 +493,7 @@ class RolloutEngine:
         if rec.stop_reason:
             return
         probe = [int(t) for t in self.policy.encode(start.probe_text)]
-        if len(rec.prompt_ids) + len(rec.completion_ids) + len(probe) >= self.max_total_tokens:
+        if self._room(rec, len(probe)) <= 0:
             self._end_early(lv)
             return
         begin = len(rec.completion_ids)
@@ -491,7 +505,7 @@ class RolloutEngine:
     def _generate_round(self, active: list[_Live], seed: int) -> float:
         """One ``generate`` call for every live episode; record the turns; prepare the steps."""
         prompts = [lv.rec.prompt_ids + lv.rec.completion_ids for lv in active]
-        budgets = [self.max_total_tokens - len(p) for p in prompts]
+        budgets = [self._room(lv.rec) for lv in active]
         seeds = [episode_seed(seed, lv.rec.index, lv.turn) for lv in active]
         t0 = time.perf_counter()
         gens = self.policy.generate(
@@ -566,7 +580,7 @@ class RolloutEngine:
         lv.request = None
         _, reward, terminated, truncated, info = lv.env.finish_step(request, self._hits.pop(id(lv), None))
         new_ids = self.policy.encode(info["new_text"]) if info["new_text"] else []
-        room = self.max_total_tokens - len(rec.prompt_ids) - len(rec.completion_ids)
+        room = self._room(rec)
         out_of_tokens = not (terminated or truncated) and len(new_ids) >= room
         new_ids = new_ids[: max(0, room)]
         start = len(rec.completion_ids)
@@ -634,6 +648,7 @@ def rollout(
     reward: Any = "default",
     max_new_tokens: int = 256,
     max_total_tokens: int = 4096,
+    max_completion_tokens: int | None = None,
     temperature: float = 1.0,
     top_p: float = 1.0,
     seed: int = 0,
@@ -655,6 +670,7 @@ def rollout(
         reward: Reward preset name, weights or callable.
         max_new_tokens: Cap on tokens per turn.
         max_total_tokens: Cap on prompt + completion tokens per episode.
+        max_completion_tokens: Cap on completion tokens per episode (default none).
         temperature: Sampling temperature (0 for greedy).
         top_p: Nucleus sampling threshold.
         seed: Seeds the run.
@@ -686,6 +702,7 @@ def rollout(
         concurrency=min(concurrency, max(1, len(examples) * group_size)),
         max_new_tokens=max_new_tokens,
         max_total_tokens=max_total_tokens,
+        max_completion_tokens=max_completion_tokens,
         temperature=temperature,
         top_p=top_p,
     )

@@ -34,8 +34,9 @@ all as ``rewards/searchenv_<name>/mean`` and the environment owns the reward.
 
 Generation uses the model being trained, through TRL's own backend: without vLLM the trainer's
 model (unwrapped for generation, no copy) drives :class:`~agents.policies.hf.HFPolicy`; with
-``use_vllm=True, vllm_mode="colocate"`` TRL's colocated engine (its weights synced by TRL before
-each rollout) drives :class:`~agents.policies.vllm.VLLMPolicy`; with ``vllm_mode="server"`` (one
+``use_vllm=True, vllm_mode="colocate"`` TRL's colocated engine, through TRL's own generation entry
+point (:class:`TRLColocatePolicy`: its tensor-parallel gather, sleep mode and sampling settings),
+after TRL has synced the weights; with ``vllm_mode="server"`` (one
 training process: TRL gives only the main process a client) TRL's ``VLLMClient`` drives
 :class:`~agents.policies.vllm.VLLMServerPolicy` (token-id prompts, the protocol's stop strings,
 sampled log-probs), again after TRL has synced the weights.
@@ -144,18 +145,33 @@ class SearchQARollout:
         return found
 
     def __call__(self, prompts: Sequence[Any], trainer: Any) -> dict[str, list[Any]]:
-        """Run one episode per prompt with the trainer's model; TRL's rollout output (module docstring)."""
+        """Run one episode per prompt with the trainer's model; TRL's rollout output (module docstring).
+
+        TRL's sampling settings are honoured: ``temperature`` and ``top_p`` always; ``top_k``,
+        ``min_p``, ``repetition_penalty`` and ``generation_kwargs`` through TRL's vLLM generation
+        (with transformers generation they are refused unless left at their defaults: it samples
+        with temperature and top-p only); ``max_completion_length`` caps each episode's completion,
+        generated and environment tokens together, as TRL's own multi-turn tool loop does.
+        """
         process = int(getattr(getattr(trainer, "accelerator", None), "process_index", 0))
         step = int(getattr(getattr(trainer, "state", None), "global_step", 0))
         seed = (self.seed * 1_000_003 + step * 10_007 + process * 101 + self._calls) % (1 << 63)
         self._calls += 1
         eos_ids = getattr(trainer, "eos_token_ids", None) or [trainer.processing_class.eos_token_id]
+        cap = getattr(trainer, "max_completion_length", None)
         with self._policy(trainer) as policy:
-            return self.run(prompts, policy, seed=seed, temperature=float(getattr(trainer, "temperature", 1.0)),
-                            top_p=float(getattr(trainer, "top_p", 1.0)), eos_token_id=int(eos_ids[0]))
+            try:
+                return self.run(prompts, policy, seed=seed, temperature=float(getattr(trainer, "temperature", 1.0)),
+                                top_p=float(getattr(trainer, "top_p", 1.0)), eos_token_id=int(eos_ids[0]),
+                                max_completion_tokens=int(cap) if cap is not None else None)
+            finally:
+                drain = getattr(policy, "drain", None)
+                if drain is not None:  # keep generating with the other ranks until every rank is done
+                    drain()
 
     def run(self, prompts: Sequence[Any], policy: Any, *, seed: int = 0, temperature: float = 1.0,
-            top_p: float = 1.0, eos_token_id: int | None = None) -> dict[str, list[Any]]:
+            top_p: float = 1.0, eos_token_id: int | None = None,
+            max_completion_tokens: int | None = None) -> dict[str, list[Any]]:
         """One episode per prompt with ``policy``, as TRL's rollout output (what ``__call__`` returns).
 
         Args:
@@ -166,6 +182,8 @@ class SearchQARollout:
             top_p: Nucleus sampling threshold.
             eos_token_id: Appended to the completion of an episode that answered (default: the
                 policy tokenizer's EOS, when it has a ``tokenizer``).
+            max_completion_tokens: Cap on each episode's completion (generated and environment
+                tokens, the appended EOS included); default only ``max_total_tokens``.
 
         Returns:
             ``prompt_ids``, ``completion_ids``, ``env_mask``, ``logprobs``, ``searchenv_return`` and
@@ -174,8 +192,11 @@ class SearchQARollout:
         from agents.rollout import rollout
 
         examples = [self.example(p, i) for i, p in enumerate(prompts)]
+        # one token of max_completion_tokens kept for the EOS appended after an answer
+        cap = None if max_completion_tokens is None else max(1, max_completion_tokens - 1)
         batch = rollout(policy, examples, env=self.env, group_size=1, max_new_tokens=self.max_new_tokens,
-                        max_total_tokens=self.max_total_tokens, temperature=temperature, top_p=top_p, seed=seed)
+                        max_total_tokens=self.max_total_tokens, temperature=temperature, top_p=top_p, seed=seed,
+                        max_completion_tokens=cap)
         self.last_stats = batch.stats
         eos = eos_token_id
         if eos is None and hasattr(policy, "tokenizer"):
@@ -218,10 +239,9 @@ class SearchQARollout:
                 return
             if mode != "colocate":
                 raise ValueError(f"SearchQARollout supports vllm_mode='colocate' or 'server', got {mode!r}")
-            from agents.policies.vllm import VLLMPolicy
-
-            yield VLLMPolicy.from_engine(trainer.vllm_generation.llm)
+            yield TRLColocatePolicy(trainer.vllm_generation, trainer.processing_class)
             return
+        _refuse_unsupported_sampling(trainer)
         from trl.models.utils import unwrap_model_for_generation
 
         from agents.policies.hf import HFPolicy
@@ -234,6 +254,168 @@ class SearchQARollout:
                 yield HFPolicy(model, trainer.processing_class)
             finally:
                 model.train(was_training)
+
+
+def _refuse_unsupported_sampling(trainer: Any) -> None:
+    """Raise when TRL sampling settings that transformers generation here cannot honour are set.
+
+    :class:`~agents.policies.hf.HFPolicy` samples with temperature and top-p only, so ``top_k``,
+    ``min_p``, ``repetition_penalty`` and ``generation_kwargs`` would otherwise be dropped.
+    """
+    args = getattr(trainer, "args", None)
+    settings = {
+        "top_k": getattr(trainer, "top_k", None),
+        "min_p": getattr(trainer, "min_p", None),
+        "repetition_penalty": getattr(trainer, "repetition_penalty", 1.0),
+        "generation_kwargs": getattr(args, "generation_kwargs", None),
+    }
+    neutral = {"top_k": (None, 0, -1), "min_p": (None, 0, 0.0), "repetition_penalty": (None, 1, 1.0),
+               "generation_kwargs": (None, {})}
+    set_ = {k: v for k, v in settings.items() if v not in neutral[k]}
+    if set_:
+        given = ", ".join(f"{k}={v!r}" for k, v in set_.items())
+        raise ValueError(
+            f"GRPOConfig({given}): SearchQARollout generates with transformers here (use_vllm=False), which "
+            "samples with temperature and top_p only; use use_vllm=True (TRL's vLLM generation honours them) or "
+            "leave them at their defaults"
+        )
+
+
+class TRLColocatePolicy:
+    """Generation through TRL's own colocated vLLM entry point, ``trainer.vllm_generation.generate``.
+
+    TRL's entry point is what keeps a colocated engine correct across processes: with
+    ``vllm_tensor_parallel_size > 1`` it gathers the prompts of the ranks sharing an engine (each
+    must send the same batch) and hands each rank its share; with ``vllm_enable_sleep_mode`` it
+    wakes the key/value cache before generating, re-syncs weights that sleep discarded, and puts
+    the engine back to sleep. It also applies TRL's sampling settings (``top_k``, ``min_p``,
+    ``repetition_penalty``, ``generation_kwargs``). Each call here sets the turn's own settings
+    (stop strings kept in the output, ``max_new_tokens``, temperature, top-p) on TRL's generation
+    object for that call only.
+
+    Multi-turn episodes end after different numbers of turns on different ranks, while TRL's
+    gather is a collective that expects the same batch size and request from every rank: each call
+    first agrees with the other ranks sharing the engine on the round's width and settings
+    (:meth:`_agree`), and :meth:`drain` keeps a finished rank taking part (with one-token filler
+    prompts) until all are done. Seeds are TRL's (its engine is seeded per rank):
+    samples repeat for a fixed world size, not per prompt.
+
+    Args:
+        generation: TRL's ``VLLMGeneration`` (``trainer.vllm_generation``) in colocate mode.
+        tokenizer: The model's tokenizer (the trainer's ``processing_class``).
+    """
+
+    def __init__(self, generation: Any, tokenizer: Any) -> None:
+        self.generation = generation
+        self.tokenizer = tokenizer
+        self.eos_token_ids = frozenset(
+            t for t in (getattr(tokenizer, "eos_token_id", None),) if isinstance(t, int)
+        )
+        size = int(getattr(generation, "tensor_parallel_size", 1) or 1)
+        self.group = getattr(generation, "tp_group", None) if size > 1 else None
+        self.group_size = size
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` with no special tokens added."""
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        """Text of ``token_ids``, special tokens left out."""
+        return str(self.tokenizer.decode(list(token_ids), skip_special_tokens=True))
+
+    def chat_prompt_ids(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
+        """Token ids of a chat with the chat template and the assistant generation prompt."""
+        from agents.policies.base import chat_template_ids
+
+        return chat_template_ids(self.tokenizer, messages)
+
+    def _agree(self, n: int, settings: tuple[Any, ...]) -> tuple[int, tuple[Any, ...]]:
+        """The round's batch width and sampling settings, agreed by the ranks sharing the engine.
+
+        TRL's gather hands rank ``r`` the completions at ``[r * n, (r + 1) * n)``, and every rank
+        of a tensor-parallel engine must run the same request: so each rank sends as many prompts
+        as the busiest one (padded with one-token fillers) with the same settings (the busiest
+        ``max_new_tokens``; a rank that asked for fewer is cut by the rollout engine, and a prefix
+        of a sample is a sample with the smaller limit). A collective when the engine is shared.
+        """
+        if self.group is None:
+            return n, settings
+        import torch.distributed as dist
+
+        items: list[Any] = [None] * self.group_size
+        dist.all_gather_object(items, (n, settings), group=self.group)
+        active = [tuple(st) for c, st in items if int(c) > 0]
+        if not active:
+            return 0, settings
+        stop, _, temperature, top_p = active[0]
+        return max(int(c) for c, _ in items), (stop, max(int(st[1]) for st in active), temperature, top_p)
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]] | Sequence[str],
+        *,
+        stop: Sequence[str] = (),
+        max_new_tokens: int = 256,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        seed: int | Sequence[int] | None = None,
+    ) -> list[Any]:
+        """Continue every prompt through TRL's generation (see :class:`~agents.policies.base.Policy`).
+
+        ``seed`` is checked but not used: TRL's engine has its own per-rank seed.
+        """
+        from agents.policies.base import check_sampling, request_seeds
+
+        check_sampling(prompts, stop, max_new_tokens, temperature, top_p)
+        request_seeds(seed, len(prompts))
+        ids = [self.encode(p) if isinstance(p, str) else [int(t) for t in p] for p in prompts]
+        width, settings = self._agree(len(ids), (tuple(stop), int(max_new_tokens), float(temperature), float(top_p)))
+        if width == 0:
+            return []
+        padded = ids + [[self._filler_id()]] * (width - len(ids))
+        return self._call(padded, *settings)[: len(ids)]
+
+    def drain(self) -> None:
+        """Take part in the other ranks' generation rounds until no rank sharing the engine generates."""
+        while True:
+            width, settings = self._agree(0, ((), 1, 0.0, 1.0))
+            if width == 0:
+                return
+            self._call([[self._filler_id()]] * width, *settings)
+
+    def _filler_id(self) -> int:
+        return min(self.eos_token_ids) if self.eos_token_ids else 0
+
+    def _call(self, ids: list[list[int]], stop: Sequence[str], max_new_tokens: int, temperature: float,
+              top_p: float) -> list[Any]:
+        from agents.policies.base import Generation
+        from agents.policies.vllm import finish_reason
+
+        gen = self.generation
+        saved = {k: getattr(gen, k) for k in ("temperature", "top_p", "max_completion_length", "generation_kwargs")}
+        gen.temperature = float(temperature)
+        gen.top_p = float(top_p) if temperature > 0 else 1.0
+        gen.max_completion_length = int(max_new_tokens)
+        gen.generation_kwargs = {**dict(saved["generation_kwargs"] or {}), "stop": list(stop) or None,
+                                 "include_stop_str_in_output": True}
+        try:
+            _, completions, logprobs, _ = gen.generate(ids, None, 1)
+        finally:
+            for k, v in saved.items():
+                setattr(gen, k, v)
+        if len(completions) != len(ids):
+            raise RuntimeError(f"TRL's vLLM generation returned {len(completions)} completions for {len(ids)} prompts")
+        per_seq = logprobs or [None] * len(completions)
+        results = []
+        for comp, lps in zip(completions, per_seq, strict=True):
+            token_ids = tuple(int(t) for t in comp)
+            lp = None
+            if lps is not None:
+                lp = tuple(float("nan") if not step or step[0] is None else float(step[0]) for step in lps)
+            text = self.decode(token_ids)
+            results.append(Generation(text, token_ids, lp,
+                                      finish_reason(text, token_ids, stop, self.eos_token_ids, max_new_tokens)))
+        return results
 
 
 def _metric_reward(name: str) -> Callable[..., list[float | None]]:

@@ -213,11 +213,21 @@ class VLLMServerPolicy(VLLMPolicy):
             if lps is not None:
                 logprobs = tuple(float("nan") if not step or step[0] is None else float(step[0]) for step in lps)
             text = self.decode(token_ids)
-            if any(s in text for s in stop):
-                reason = "stop"
-            elif token_ids and token_ids[-1] in self.eos_token_ids:
-                reason = "eos"
-            else:
-                reason = "length" if len(token_ids) >= max_new_tokens else "eos"
-            results.append(Generation(text, token_ids, logprobs, reason))
+            results.append(Generation(text, token_ids, logprobs,
+                                      finish_reason(text, token_ids, stop, self.eos_token_ids, max_new_tokens)))
         return results
+
+
+def finish_reason(text: str, token_ids: Sequence[int], stop: Sequence[str], eos_token_ids: frozenset[int],
+                  max_new_tokens: int) -> str:
+    """Why a completion that came back without a finish reason ended: ``stop``, ``eos`` or ``length``.
+
+    For engines reached through TRL (its vLLM client and its colocated generation), which return
+    token ids only: a stop string in the text, else an end-of-sequence id last, else ``length``
+    at the cap (and ``eos`` below it: vLLM stops early only at a stop or end of sequence).
+    """
+    if any(s in text for s in stop):
+        return "stop"
+    if token_ids and token_ids[-1] in eos_token_ids:
+        return "eos"
+    return "length" if len(token_ids) >= max_new_tokens else "eos"

@@ -39,8 +39,9 @@ $(VERL_STAMP): pyproject.toml Makefile
 $(SKYRL_STAMP): pyproject.toml Makefile
 	$(SKYRL_PYTHON) -m venv $(SKYRL_VENV)
 	$(SKYRL_VENV)/bin/python -m pip install -q --upgrade pip
-	# skyrl without its GPU extras: its config checks and generator need ray (its pin), loguru, tqdm, omegaconf, jaxtyping, skyrl-gym.
-	$(SKYRL_VENV)/bin/python -m pip install -q "skyrl==0.4.0" "ray==2.57.0" loguru tqdm omegaconf jaxtyping skyrl-gym pytest hypothesis -e ".[serve]" "$(TORCH_PIN)"
+	# skyrl without its GPU extras: its config checks and generator need ray (its pin), aiohttp, orjson, pybase64,
+	# loguru, tqdm, omegaconf, jaxtyping, skyrl-gym.
+	$(SKYRL_VENV)/bin/python -m pip install -q "skyrl==0.4.0" "ray==2.57.0" aiohttp orjson pybase64 loguru tqdm omegaconf jaxtyping skyrl-gym pytest hypothesis -e ".[serve]" "$(TORCH_PIN)"
 	touch $(SKYRL_STAMP)
 
 lint: $(STAMP)

@@ -32,7 +32,7 @@ from skyrl.backends.skyrl_train.inference_servers.base import InferenceEngineInt
 from tests.conftest import DOCS, EXAMPLES
 from tests.tiny_model import build_tiny_tokenizer
 
-from agents.integrations.skyrl import SearchQAEnvConfig, config_classes, parse
+from agents.integrations.skyrl import SearchQAEnvConfig, config_classes, parse, parse_command_line
 from searchenv.retrievers.bm25 import BM25Retriever
 from searchenv.tasks.base import write_qa_jsonl
 
@@ -122,6 +122,11 @@ def test_plain_skyrl_config_rejects_the_section_and_the_extended_one_takes_it(la
     assert cfg.data.train_data == [str(launched["work"] / "data" / "skyrl" / "train.parquet")]
     with pytest.raises(ValueError, match="Invalid fields"):
         parse(["environment.skyrl_gym.searchqa.topk=3"])  # a typo is refused, with SkyRL's message
+    with pytest.raises(ValueError, match="'\\+' prefix"):
+        parse(["+environment.skyrl_gym.searchqa.retriever=x"])  # SkyRL refuses Hydra's + outright
+    # through SkyRL's main_base dispatch (trainer.override_entrypoint=agents.integrations.skyrl), the same config
+    dispatched = parse_command_line(["trainer.override_entrypoint=agents.integrations.skyrl", *launched["argv"]])
+    assert dispatched.environment.skyrl_gym.searchqa == parse(launched["argv"]).environment.skyrl_gym.searchqa
 
 
 class RunOnEngine(InferenceEngineInterface):

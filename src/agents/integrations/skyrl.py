@@ -31,6 +31,8 @@ import functools
 import sys
 from typing import Any
 
+#: SkyRL's ``main_base`` dispatches to the module named by this key before it parses its config.
+OVERRIDE_ENTRYPOINT = "trainer.override_entrypoint"
 #: The keys of the ``searchqa`` section, and of SearchQASkyRLEnv's ``env_config``.
 SECTION_KEYS = ("retriever", "corpus", "protocol", "reward", "top_k", "max_turns", "max_doc_chars")
 
@@ -108,6 +110,18 @@ def parse(args: list[str]) -> Any:
     return config_classes()["train"].from_cli_overrides(list(args))
 
 
+def parse_command_line(argv: list[str]) -> Any:
+    """:func:`parse` of the entry point's arguments, less SkyRL's dispatch key (``trainer.override_entrypoint``).
+
+    Args:
+        argv: The command line's overrides.
+
+    Returns:
+        The typed config.
+    """
+    return parse([a for a in argv if not a.startswith(f"{OVERRIDE_ENTRYPOINT}=")])
+
+
 def _run(cfg: Any) -> None:
     """Register the environment in this (Ray) process, then run SkyRL's experiment."""
     from skyrl.train.entrypoints.main_base import BasePPOExp
@@ -121,13 +135,18 @@ def _run(cfg: Any) -> None:
 def main(argv: list[str] | None = None) -> None:
     """SkyRL training on SearchQA-v0: parse, validate, start Ray, run the experiment in a Ray task.
 
+    Run as ``python -m agents.integrations.skyrl key=value ...``, or through SkyRL's own entry
+    point where it dispatches (SkyRL after 0.4.0): ``python -m skyrl.train.entrypoints.main_base
+    trainer.override_entrypoint=agents.integrations.skyrl key=value ...``; the dispatch key is
+    SkyRL's, not a config field, and is dropped here as SkyRL's own integrations drop it.
+
     Args:
         argv: Overrides (default: ``sys.argv[1:]``).
     """
     import ray
     from skyrl.train.utils import initialize_ray, validate_cfg
 
-    cfg = parse(sys.argv[1:] if argv is None else argv)
+    cfg = parse_command_line(sys.argv[1:] if argv is None else argv)
     validate_cfg(cfg)
     initialize_ray(cfg)
     # the training loop runs in a Ray task, not on the head node, as in SkyRL's main_base

@@ -287,7 +287,7 @@ def test_an_episode_whose_retrieval_failed_is_masked_out_and_scores_zero(index: 
     assert out.extra_fields["searchenv_metrics"]["infra_errors"] == 1.0
     assert out.extra_fields["reward_extra_info"]["infra_errors"] == 1.0
     assert len(out.response_ids) > 0 and out.response_mask == [0] * len(out.response_ids)  # nothing to learn
-    assert out.reward_score == 0.0
+    assert out.reward_score == 0.0 and set(out.extra_fields["turn_scores"]) == {0.0}  # the per-turn scores too
 
 
 def test_episode_metrics_and_timings_are_what_verl_logs(index: str) -> None:

@@ -253,7 +253,7 @@ class SearchQAAgentLoop(AgentLoopBase):
         score = float(final["episode"]["return"])
         mask = response_mask[:n]
         if metrics["infra_errors"] > 0:  # the retriever failed: nothing to learn from this episode
-            mask, score = [0] * len(mask), 0.0
+            mask, score, turn_scores = [0] * len(mask), 0.0, [0.0] * len(turn_scores)
         return AgentLoopOutput(
             prompt_ids=prompt_ids,
             response_ids=response_ids[:n],

@@ -190,7 +190,7 @@ class ScriptedGenerationServer:
 def test_one_grpo_step_through_verls_agent_loop_manager(launched: dict[str, Any], tmp_path: Path) -> None:
     from verl.experimental.agent_loop.agent_loop import AgentLoopManager
     from verl.trainer.ppo.metric_utils import process_validation_metrics
-    from verl.trainer.ppo.ray_trainer import compute_advantage
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer, compute_advantage
     from verl.trainer.ppo.reward import extract_reward
     from verl.trainer.ppo.utils import create_rl_dataset
     from verl.utils.dataset.rl_dataset import collate_fn
@@ -256,3 +256,8 @@ def test_one_grpo_step_through_verls_agent_loop_manager(launched: dict[str, Any]
     val = process_validation_metrics(sources, list(batch.non_tensor_batch["uid"]), infos)
     [source] = val
     assert "em" in val[source] and "f1" in val[source] and "mean@5" in val[source]["em"]
+    # the names the trainer logs them under (RayPPOTrainer._val_metrics_update uses no trainer state)
+    logged = RayPPOTrainer._val_metrics_update(None, sources, list(batch.non_tensor_batch["uid"]), infos, [])
+    assert {f"val-aux/{source}/{k}/mean@5" for k in ("em", "f1", "searches", "invalid_turns", "infra_errors")} <= \
+        set(logged)
+    assert f"val-core/{source}/reward/mean@5" in logged

@@ -26,7 +26,7 @@ takes one score per agent-loop sample, so the per-turn rewards, which sum to it,
 TRL adapter. ``extra_fields["reward_extra_info"]`` holds the episode's EM, F1, searches, invalid
 turns, infrastructure errors, ... (:data:`REWARD_EXTRA_KEYS`, the same keys for every sample), which
 verl lists as ``reward_extra_keys`` and averages per data source in its validation metrics
-(``val-core/<data source>/em/mean@1``, ...); ``extra_fields`` also carry ``searchenv_metrics``
+(``val-aux/<data source>/em/mean@1``, ...); ``extra_fields`` also carry ``searchenv_metrics``
 (:func:`searchenv.env.episode_metrics`) and ``searchenv_reward_terms`` (per-turn terms). The
 loop's time in generation and in retrieval goes to verl's agent-loop timing metrics
 (``agent_loop/generate_sequences/*``, ``agent_loop/tool_calls/*``).

@@ -6,6 +6,11 @@ STAMP := $(VENV)/.installed
 # verl pins its own transformers, so its adapter is tested in a virtual environment of its own.
 VERL_VENV ?= .venv-verl
 VERL_STAMP := $(VERL_VENV)/.installed
+# SkyRL's trainer (skyrl 0.4.0) needs Python 3.12 and pins its own transformers and ray: its
+# generator is tested in a virtual environment of its own.
+SKYRL_VENV ?= .venv-skyrl
+SKYRL_STAMP := $(SKYRL_VENV)/.installed
+SKYRL_PYTHON ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) python3.12)
 # The CPU build of torch that this project pins for set-up (the package itself needs only torch>=2.4).
 TORCH_PIN ?= torch==2.13.0
 
@@ -31,13 +36,21 @@ $(VERL_STAMP): pyproject.toml Makefile
 	$(VERL_VENV)/bin/python -m pip install -q "verl==0.9.1" cachetools pytest hypothesis -e ".[serve]" "$(TORCH_PIN)"
 	touch $(VERL_STAMP)
 
+$(SKYRL_STAMP): pyproject.toml Makefile
+	$(SKYRL_PYTHON) -m venv $(SKYRL_VENV)
+	$(SKYRL_VENV)/bin/python -m pip install -q --upgrade pip
+	# skyrl without its GPU extras: its config checks and generator need ray (its pin), aiohttp, orjson, pybase64,
+	# loguru, tqdm, omegaconf, jaxtyping, skyrl-gym.
+	$(SKYRL_VENV)/bin/python -m pip install -q "skyrl==0.4.0" "ray==2.57.0" aiohttp orjson pybase64 loguru tqdm omegaconf jaxtyping skyrl-gym pytest hypothesis -e ".[serve]" "$(TORCH_PIN)"
+	touch $(SKYRL_STAMP)
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-test: lint typecheck $(VERL_STAMP)
+test: lint typecheck $(VERL_STAMP) $(SKYRL_STAMP)
 	$(PY) -m pytest -q
 
 demo: $(STAMP)
@@ -48,4 +61,4 @@ demo: $(STAMP)
 		--agent random --out runs/demo
 
 clean:
-	rm -rf $(VENV) $(VERL_VENV) runs .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(VERL_VENV) $(SKYRL_VENV) runs .pytest_cache .mypy_cache .ruff_cache

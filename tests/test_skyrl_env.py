@@ -166,3 +166,20 @@ def test_new_protocols_through_skyrl(index: Path, protocol: str) -> None:
         assert out["reward"] == pytest.approx(2.5)  # format, EM, citation F1 1, bonus
         assert env.get_metrics()["reward/bonus"] == 0.5
     assert out["done"] and out["metadata"]["em"] == 1.0
+
+
+def test_the_typed_section_skyrls_trainer_passes_is_taken_as_env_config(index: Path) -> None:
+    # SkyRL's generator hands over getattr(cfg.environment.skyrl_gym, "searchqa"): a config dataclass
+    from agents.integrations.skyrl import SearchQAEnvConfig
+
+    register()
+    section = SearchQAEnvConfig(retriever=str(index), reward="default", top_k=2)
+    ex = EXAMPLES[1]
+    env = skyrl_gym.make("searchqa", env_config=section, extras=_row(ex))
+    env.init([])
+    assert env.env is not None and env.env.top_k == 2 and env.env.max_turns == 4  # unset: the env's default
+    out = env.step(TURNS[0])
+    plain = SearchQAEnv([ex], retriever=str(index), reward="default", top_k=2)
+    plain.reset(options={"index": 0})
+    assert out["reward"] == pytest.approx(float(plain.step(TURNS[0])[1]))
+    env.close()

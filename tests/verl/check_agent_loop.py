@@ -273,3 +273,62 @@ def test_the_shipped_grpo_config_composes_with_verls_own_configs() -> None:
     [entry] = OmegaConf.load(docs / "agent_loops.yaml")
     assert entry.name == "searchqa_agent"
     assert hydra.utils.get_class(entry._target_) is SearchQAAgentLoop
+
+
+def test_an_episode_whose_retrieval_failed_is_masked_out_and_scores_zero(index: str,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    def failing(self: BM25Retriever, queries: list[str], k: int) -> Any:
+        raise RetrieverError("index went away")
+
+    monkeypatch.setattr(BM25Retriever, "search_batch", failing)
+    tokenizer = build_tiny_tokenizer()
+    [row] = task_rows([TOBIN], data_source="searchenv/test", split="train")
+    out = _run(_loop(index, tokenizer, ScriptedServer(tokenizer)), {"temperature": 1.0}, row)
+    assert out.extra_fields["searchenv_metrics"]["infra_errors"] == 1.0
+    assert out.extra_fields["reward_extra_info"]["infra_errors"] == 1.0
+    assert len(out.response_ids) > 0 and out.response_mask == [0] * len(out.response_ids)  # nothing to learn
+    assert out.reward_score == 0.0 and set(out.extra_fields["turn_scores"]) == {0.0}  # the per-turn scores too
+
+
+def test_episode_metrics_and_timings_are_what_verl_logs(index: str) -> None:
+    from agents.integrations.verl import REWARD_EXTRA_KEYS
+
+    tokenizer = build_tiny_tokenizer()
+    rows = task_rows(EXAMPLES, data_source="searchenv/test", split="train")
+    outs = _run_all(_loop(index, tokenizer, LockstepServer(tokenizer, len(rows))), rows)
+    for out in outs:
+        # verl takes the first sample's reward_extra_info keys for the batch: every sample has the same ones
+        assert tuple(out.extra_fields["reward_extra_info"]) == REWARD_EXTRA_KEYS
+        assert {"em", "f1", "searches", "invalid_turns", "infra_errors"} <= set(REWARD_EXTRA_KEYS)
+        info, metrics = out.extra_fields["reward_extra_info"], out.extra_fields["searchenv_metrics"]
+        assert all(info[k] == metrics[k] for k in REWARD_EXTRA_KEYS)
+        assert out.metrics.generate_sequences > 0 and out.metrics.tool_calls > 0  # verl's agent_loop/* timings
+        # the per-turn rewards (verl's turn_scores) sum to the episode's score
+        assert sum(out.extra_fields["turn_scores"]) == pytest.approx(out.reward_score)
+        assert len(out.extra_fields["turn_scores"]) == out.num_turns // 2
+
+
+@pytest.mark.parametrize(("backend", "keep", "other"), [("vllm", "include_stop_str_in_output", "no_stop_trim"),
+                                                         ("sglang", "no_stop_trim", "include_stop_str_in_output")])
+def test_stop_parameters_follow_verls_rollout_backend(index: str, backend: str, keep: str, other: str) -> None:
+    tokenizer = build_tiny_tokenizer()
+    server = ScriptedServer(tokenizer)
+    loop = _loop(index, tokenizer, server)
+    loop.rollout_config.name = backend
+    loop.__init__(trainer_config=DictConfigWrap(loop.config), server_manager=server, tokenizer=tokenizer,
+                  processor=None, dataset_cls=None, data_config=DictConfigWrap(OmegaConf.create({})))
+    [row] = task_rows([TOBIN], data_source="searchenv/test", split="train")
+    _run(loop, {"temperature": 1.0}, row)
+    for request in server.requests:  # SGLang's server hands the parameters to SGLang unchanged
+        assert request["sampling_params"][keep] is True and other not in request["sampling_params"]
+        assert request["sampling_params"]["stop"] == ["</search>", "</answer>"]
+
+
+def test_an_unknown_rollout_backend_is_refused(index: str) -> None:
+    tokenizer = build_tiny_tokenizer()
+    config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"name": "mystery", "prompt_length": 8,
+                                                                 "response_length": 8}},
+                               "searchenv": {"retriever": index}})
+    with pytest.raises(ValueError, match="rollout backend 'mystery'"):
+        SearchQAAgentLoop(trainer_config=DictConfigWrap(config), server_manager=None, tokenizer=tokenizer,
+                          processor=None, dataset_cls=None, data_config=DictConfigWrap(OmegaConf.create({})))

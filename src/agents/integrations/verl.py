@@ -4,8 +4,8 @@ verl's agent loop workers instantiate the loop per sample and call ``run(samplin
 **row)``; the loop talks to verl's generation servers (vLLM or SGLang) through
 ``server_manager.generate(prompt_ids=...)`` with token ids in and token ids out. Each turn here:
 
-1. generate from the episode's token ids so far, with the protocol's stop strings (``stop``,
-   ``include_stop_str_in_output``) and at most ``max_new_tokens`` (bounded by what is left of
+1. generate from the episode's token ids so far, with the protocol's stop strings (``stop``, kept
+   in the output: see below) and at most ``max_new_tokens`` (bounded by what is left of
    ``rollout.response_length``);
 2. hand the text (decoded, cut after the first stop string) to ``SearchQAEnv.prepare_step``,
    search, ``finish_step``. verl runs every sample of a batch at once on one event loop, so the
@@ -19,11 +19,24 @@ verl's agent loop workers instantiate the loop per sample and call ``run(samplin
    environment's reply encoded once (``response_mask`` 0, log-prob 0).
 
 The output's ``reward_score`` is the episode return under the reward preset (verl then skips its
-own reward function for these samples), and ``extra_fields`` carry ``searchenv_metrics``
-(:func:`searchenv.env.episode_metrics`) and ``searchenv_reward_terms`` (per-turn terms).
+own reward function for these samples and puts the score on the last response token: verl 0.9.1
+takes one score per agent-loop sample, so the per-turn rewards, which sum to it, travel as
+``extra_fields["turn_scores"]``, verl's own key for them). An episode in which the retriever failed
+(``infra_error``) scores 0 with a ``response_mask`` of all 0: an outage teaches nothing, as in the
+TRL adapter. ``extra_fields["reward_extra_info"]`` holds the episode's EM, F1, searches, invalid
+turns, infrastructure errors, ... (:data:`REWARD_EXTRA_KEYS`, the same keys for every sample), which
+verl lists as ``reward_extra_keys`` and averages per data source in its validation metrics
+(``val-aux/<data source>/em/mean@1``, ...); ``extra_fields`` also carry ``searchenv_metrics``
+(:func:`searchenv.env.episode_metrics`) and ``searchenv_reward_terms`` (per-turn terms). The
+loop's time in generation and in retrieval goes to verl's agent-loop timing metrics
+(``agent_loop/generate_sequences/*``, ``agent_loop/tool_calls/*``).
+
+The stop strings go to the generation server in the parameters of verl's rollout backend
+(``actor_rollout_ref.rollout.name``): ``include_stop_str_in_output`` for vLLM and TensorRT-LLM,
+``no_stop_trim`` for SGLang, whose server passes the parameters on to SGLang unchanged.
 
 Settings come from the trainer config's ``searchenv`` block (``+searchenv.retriever=...`` on the
-command line; see ``docs/verl_searchqa_grpo.yaml``): ``retriever`` (index folder or server URL),
+command line; see ``docs/verl/searchqa_grpo.yaml``): ``retriever`` (index folder or server URL),
 ``corpus``, ``protocol``, ``reward``, ``top_k``, ``max_turns``, ``max_doc_chars``,
 ``max_new_tokens``, ``batch_searches``, ``search_in_thread``. Rows are those
 ``searchenv rows`` writes (the question, gold answers and evidence are read with
@@ -37,10 +50,11 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import Any
 from uuid import uuid4
 
-from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, register
+from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
 from searchenv.env import SearchQAEnv, episode_metrics, search_or_error
 from searchenv.envpool import EnvPool
@@ -50,6 +64,12 @@ from searchenv.tasks.rows import example_from_row
 
 _ENV_KEYS = frozenset({"retriever", "corpus", "protocol", "reward", "top_k", "max_turns", "max_doc_chars"})
 _LOOP_KEYS = frozenset({"max_new_tokens", "batch_searches", "search_in_thread"})
+#: The episode numbers in ``extra_fields["reward_extra_info"]``: verl reads the first sample's keys for
+#: the whole batch, so every sample carries exactly these (``evidence_recall`` only exists with gold evidence).
+REWARD_EXTRA_KEYS = ("em", "f1", "contains", "searches", "queries", "duplicate_queries", "turns", "invalid_turns",
+                     "infra_errors", "answered", "answer_admissible", "opens", "return")
+#: How each of verl's rollout backends is asked to keep the stop string in the output.
+_KEEP_STOP = {"vllm": "include_stop_str_in_output", "trtllm": "include_stop_str_in_output", "sglang": "no_stop_trim"}
 _POOL = EnvPool()  # verl instantiates the loop per sample: environments are reused across samples
 _BATCHERS: dict[int, MicroBatcher] = {}  # one per retriever object (pooled environments share it)
 _BATCHERS_LOCK = threading.Lock()
@@ -125,6 +145,11 @@ class SearchQAAgentLoop(AgentLoopBase):
         self.env_settings = settings
         self.env_key = EnvPool.key(settings)
         self.response_length = int(self.rollout_config.response_length)
+        backend = getattr(self.rollout_config, "name", None) or "vllm"  # verl's own default backend
+        if backend not in _KEEP_STOP:
+            raise ValueError(f"SearchQAAgentLoop does not know verl's rollout backend {backend!r}; "
+                             f"known: {sorted(_KEEP_STOP)}")
+        self.backend = str(backend)
         self._reply_tokenizer = _reply_tokenizer(self.tokenizer)
 
     def _encode(self, text: str) -> list[int]:
@@ -177,16 +202,20 @@ class SearchQAAgentLoop(AgentLoopBase):
         response_mask: list[int] = []
         logprobs: list[float] = []
         reward_terms: list[dict[str, float]] = []
+        turn_scores: list[float] = []
         final: dict[str, Any] | None = None
         turns = 0
+        generate_s = search_s = 0.0
         while final is None:
             budget = min(self.max_new_tokens, self.response_length - len(response_ids))
             if budget < 1:  # the response budget is spent: end unanswered
                 final = env.end_episode("response_length")
                 break
-            params = {**sampling_params, "stop": list(stop), "include_stop_str_in_output": True, "max_tokens": budget}
+            params = {**sampling_params, "stop": list(stop), _KEEP_STOP[self.backend]: True, "max_tokens": budget}
+            started = time.perf_counter()
             out = await self.server_manager.generate(request_id=request_id, prompt_ids=prompt_ids + response_ids,
                                                      sampling_params=params, **extra)
+            generate_s += time.perf_counter() - started
             ids = [int(t) for t in out.token_ids][:budget]
             text = _cut_at_stop(self.tokenizer.decode(ids, skip_special_tokens=True), stop)
             response_ids += ids
@@ -196,6 +225,7 @@ class SearchQAAgentLoop(AgentLoopBase):
             turns += 1
             request = env.prepare_step(text)
             hits: list[list[Hit]] | Exception | None = None
+            started = time.perf_counter()
             if request.queries and self.batch_searches:  # with the other episodes' searches of this moment
                 try:
                     hits = await _batcher(env.retriever).search(request.queries, env.top_k)
@@ -205,8 +235,10 @@ class SearchQAAgentLoop(AgentLoopBase):
                 hits = await loop.run_in_executor(None, search_or_error, env.retriever, request.queries, env.top_k)
             elif request.queries:
                 hits = search_or_error(env.retriever, request.queries, env.top_k)
-            _, _, terminated, truncated, info = env.finish_step(request, hits)
+            _, reward, terminated, truncated, info = env.finish_step(request, hits)
+            search_s += time.perf_counter() - started
             reward_terms.append(dict(info["reward_terms"]))
+            turn_scores.append(float(reward))
             if terminated or truncated:
                 final = info
                 break
@@ -218,13 +250,19 @@ class SearchQAAgentLoop(AgentLoopBase):
             logprobs += [0.0] * len(env_ids)
         n = self.response_length
         metrics = episode_metrics(final)
+        score = float(final["episode"]["return"])
+        mask = response_mask[:n]
+        if metrics["infra_errors"] > 0:  # the retriever failed: nothing to learn from this episode
+            mask, score, turn_scores = [0] * len(mask), 0.0, [0.0] * len(turn_scores)
         return AgentLoopOutput(
             prompt_ids=prompt_ids,
             response_ids=response_ids[:n],
-            response_mask=response_mask[:n],
+            response_mask=mask,
             response_logprobs=logprobs[:n],
-            reward_score=float(final["episode"]["return"]),
+            reward_score=score,
             num_turns=2 * turns,
-            metrics={},
-            extra_fields={"searchenv_metrics": metrics, "searchenv_reward_terms": reward_terms},
+            metrics=AgentLoopMetrics(generate_sequences=generate_s, tool_calls=search_s),
+            extra_fields={"reward_extra_info": {key: metrics[key] for key in REWARD_EXTRA_KEYS},
+                          "turn_scores": turn_scores,
+                          "searchenv_metrics": metrics, "searchenv_reward_terms": reward_terms},
         )

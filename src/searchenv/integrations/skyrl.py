@@ -12,7 +12,8 @@ not from the chat that holds retrieved documents) are this package's::
     env = skyrl_gym.make("searchqa", env_config={"retriever": "runs/idx", "reward": "r3-rag"},
                          extras={"question": "...", "answers": ["..."], "evidence_ids": ["d3"]})
 
-``env_config`` (SkyRL's ``environment.skyrl_gym.searchqa`` block; a dict or an OmegaConf config):
+``env_config`` (SkyRL's ``environment.skyrl_gym.searchqa`` section; a dict, an OmegaConf config,
+or the typed section SkyRL's trainer passes, :class:`agents.integrations.skyrl.SearchQAEnvConfig`):
 ``retriever`` (index folder, server URL, or ``bm25``/``dense`` with ``corpus``), ``corpus``,
 ``protocol`` (``search-r1``), ``reward`` (a preset name or ``{term: weight}``), ``top_k`` (3),
 ``max_turns`` (4), ``max_doc_chars`` (1500). The index is opened once per process and shared by
@@ -36,6 +37,7 @@ averages over episodes. Needs ``skyrl-gym`` (``pip install 'searchenv[skyrl]'``)
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -59,9 +61,15 @@ _WITH_TURNS: dict[tuple[str, int], tuple[dict[str, Any], str]] = {}
 
 
 def _plain(config: Any) -> dict[str, Any]:
-    """An OmegaConf config or a mapping as a plain dict."""
+    """An OmegaConf config, a mapping or a config dataclass as a plain dict.
+
+    SkyRL's trainer hands over its typed section (``environment.skyrl_gym.searchqa``, a dataclass:
+    see :mod:`agents.integrations.skyrl`); its ``None`` fields leave the environment's defaults.
+    """
     if config is None:
         return {}
+    if dataclasses.is_dataclass(config) and not isinstance(config, type):
+        return {key: value for key, value in dataclasses.asdict(config).items() if value is not None}
     try:
         from omegaconf import DictConfig, OmegaConf
 

@@ -22,4 +22,4 @@ def test_verl_agent_loop_in_its_own_venv() -> None:
     proc = subprocess.run([str(VERL_PYTHON), "-m", "pytest", "-q", "-p", "no:cacheprovider",
                            "tests/verl/check_agent_loop.py"], cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    assert "9 passed" in proc.stdout
+    assert "10 passed" in proc.stdout

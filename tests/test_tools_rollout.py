@@ -41,6 +41,7 @@ class CallPolicy:
         self.tokenizer = inner.tokenizer
         self.turns = list(turns)
         self.eos = eos
+        self.prompts: list[list[int]] = []
 
     def encode(self, text: str) -> list[int]:
         return self.inner.encode(text)
@@ -54,6 +55,7 @@ class CallPolicy:
     def generate(self, prompts: Sequence[Sequence[int]], **kwargs: Any) -> list[Generation]:
         out = []
         for p in prompts:
+            self.prompts.append(list(p))
             turn = self.inner.tokenizer.decode(list(p)).count("<|im_start|>assistant") - 1
             text = self.turns[min(turn, len(self.turns) - 1)]
             ids = tuple(self.encode(text))
@@ -160,3 +162,17 @@ def test_trl_rollout_func_keeps_the_templates_ids(tools_policy: HFPolicy, corpus
     ids = out["prompt_ids"][0] + out["completion_ids"][0]
     assert ids + tools_policy.encode("\n") == rendered  # TRL's appended EOS is the template's <|im_end|>
     assert out["env_mask"][0][-1] == 0 and sum(out["env_mask"][0]) == sum(len(policy.encode(t)) for t in policy.turns)
+
+
+@pytest.mark.parametrize("eos", [False, True])
+def test_llm_agent_contexts_are_the_templates_rendering(tools_policy: HFPolicy, make_env: Any, eos: bool) -> None:
+    from agents.reference import LLMAgent, run_agent
+    from tests.conftest import EXAMPLES
+
+    env = make_env(protocol="tools")
+    policy = CallPolicy(tools_policy, _turns(env.protocol), eos=eos)
+    [episode] = run_agent(LLMAgent("llm", policy), EXAMPLES[:1], env.retriever, protocol="tools", max_turns=6)
+    assert episode.metrics["em"] == 1.0 and len(policy.prompts) == 5
+    render = tools_policy.tokenizer.apply_chat_template
+    assert policy.prompts[-1] == tools_policy.encode(render(episode.messages[:-1], tokenize=False,
+                                                            add_generation_prompt=True))

@@ -38,6 +38,22 @@ def template_renderer(tokenizer: Any) -> Render:
     return render
 
 
+def chat_renderer(policy: Any) -> Render:
+    """The chat template a policy's prompts are built with: its ``render_chat`` or its tokenizer's template.
+
+    Raises:
+        TypeError: If the policy has neither (a protocol of native tool calls needs the template).
+    """
+    render = getattr(policy, "render_chat", None)
+    if callable(render):
+        return render  # type: ignore[no-any-return]
+    tokenizer = getattr(policy, "tokenizer", None)
+    if tokenizer is None:
+        raise TypeError("a protocol of native tool calls needs the policy's chat template: give the policy a "
+                        "`tokenizer` with a chat template or a render_chat(messages, add_generation_prompt) method")
+    return template_renderer(tokenizer)
+
+
 def turn_end_text(render: Render, before: Sequence[Mapping[str, Any]]) -> str:
     """The text a template puts after an assistant message's content (ChatML: ``<|im_end|>\\n``).
 

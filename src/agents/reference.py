@@ -45,6 +45,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from agents.chat import chat_renderer, reply_text
 from agents.policies.base import ChatPolicy, Generation, GenerationError, Policy
 from searchenv.env import SearchQAEnv, search_or_error
 from searchenv.protocols import Protocol as ActionProtocol
@@ -563,16 +564,31 @@ class LLMAgent:
             ep.memory["text"] = []
             ep.memory["synced"] = 0
         text: list[str] = ep.memory["text"]
-        # Add what the environment said after turns we have not yet added.
-        for step in ep.steps[ep.memory["synced"] :]:
-            if step.info["new_text"]:
+        # Add what the environment said after turns we have not yet added (under ``tools``: the
+        # chat template's text around the tool message, as the rollout engine inserts it).
+        synced = ep.memory["synced"]
+        render = chat_renderer(policy) if ep.protocol.native_tools and len(ep.steps) > synced else None
+        for k, step in enumerate(ep.steps[synced:], start=synced):
+            if not step.info["new_text"]:
+                continue
+            if render is None:
                 text.append(step.info["new_text"])
+                continue
+            turn = _assistant_index(ep.messages, len(ep.steps) - k)
+            after = next((i for i in range(turn + 1, len(ep.messages)) if ep.messages[i]["role"] == "assistant"),
+                         len(ep.messages))
+            end, reply = reply_text(render, ep.messages[:after], turn, done=False)
+            tokenizer = getattr(policy, "tokenizer", None)
+            eos, eos_id = getattr(tokenizer, "eos_token", None), getattr(tokenizer, "eos_token_id", None)
+            if not text and ids and ids[-1] == eos_id and isinstance(eos, str) and end.startswith(eos):
+                end = end[len(eos):]  # the turn ended at the end-of-turn token, which its ids already hold
+            text.append(end + reply)
         ep.memory["synced"] = len(ep.steps)
         return ids, text
 
     def _scripted(self, ep: EpisodeState) -> str | None:
         if self.first_search and ep.turn == 0:
-            return f"<search> {ep.example.question} </search>"
+            return ep.protocol.from_tags(f"<search> {ep.example.question} </search>")
         return self.script(ep) if self.script is not None else None
 
     def _stop(self, episodes: Sequence[EpisodeState]) -> tuple[str, ...]:
@@ -650,15 +666,20 @@ class LLMAgent:
                 out[i] = Turn(scripted, 0)
                 continue
             todo.append(i)
-            conversations.append(chat_messages(ep.messages))
+            conversations.append(chat_messages(ep.messages, tools=ep.protocol.native_tools))
         if todo:
+            protocol = episodes[todo[0]].protocol
+            # native tool calls: the protocol's tools, and no stop strings (a server's tool-call
+            # parser needs the call's closing markup; the server ends the turn after the call)
+            native = {"tools": protocol.tools} if protocol.native_tools else {}
             gens, failures = _generations_or_failures(lambda: policy.generate_chat(
                 conversations,
-                stop=self._stop(episodes),
+                stop=() if native else self._stop(episodes),
                 max_new_tokens=self.max_new_tokens,
                 temperature=self.temperature,
                 top_p=self.top_p,
                 seed=self._seeds(episodes, todo, seed),
+                **native,
             ))
             if len(gens) != len(conversations):
                 raise RuntimeError(f"policy returned {len(gens)} replies for {len(conversations)} conversations")
@@ -674,13 +695,28 @@ class LLMAgent:
         return [t if t is not None else Turn("", 0) for t in out]
 
 
-def chat_messages(messages: Sequence[Mapping[str, str]]) -> list[dict[str, str]]:
-    """An episode's transcript as chat-API messages: the environment's ``tool`` replies become ``user`` turns.
+def chat_messages(messages: Sequence[Mapping[str, Any]], *, tools: bool = False) -> list[dict[str, Any]]:
+    """An episode's transcript as chat-API messages.
 
-    Chat APIs take a ``tool`` message only as the answer to a structured tool call, and the
-    protocols here are plain text, so the environment speaks as the user.
+    Chat APIs take a ``tool`` message only as the answer to a structured tool call: under the tag
+    protocols the environment's ``tool`` replies become ``user`` turns (the environment speaks as
+    the user); with ``tools`` (native tool calls) the messages are kept as the environment has
+    them (``tool_calls``, ``tool`` messages with ``tool_call_id``).
     """
+    if tools:
+        return [dict(m) for m in messages]
     return [{"role": "user" if m["role"] == "tool" else m["role"], "content": m["content"]} for m in messages]
+
+
+def _assistant_index(messages: Sequence[Mapping[str, Any]], back: int) -> int:
+    """Index of the ``back``-th last ``assistant`` message (1: the last)."""
+    seen = 0
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i]["role"] == "assistant":
+            seen += 1
+            if seen == back:
+                return i
+    raise ValueError(f"the transcript has fewer than {back} assistant messages")
 
 
 def close_answer(text: str) -> str:

@@ -48,7 +48,7 @@ from typing import Any, overload
 import gymnasium as gym
 import numpy as np
 
-from agents.chat import Render, reply_ids, reply_text, template_renderer
+from agents.chat import chat_renderer, reply_ids, reply_text
 from agents.policies.base import Policy
 from searchenv.env import SearchQAEnv, StepRequest, search_or_error
 from searchenv.retrievers.base import Hit, Retriever
@@ -605,22 +605,6 @@ class RolloutEngine:
         rec = lv.rec
         rec.truncated, rec.terminated, rec.stop_reason = True, False, "max_total_tokens"
         rec.info = lv.env.end_episode("max_total_tokens")
-
-
-def chat_renderer(policy: Any) -> Render:
-    """The chat template a policy's prompts are built with: its ``render_chat`` or its tokenizer's template.
-
-    Raises:
-        TypeError: If the policy has neither (a protocol of native tool calls needs the template).
-    """
-    render = getattr(policy, "render_chat", None)
-    if callable(render):
-        return render  # type: ignore[no-any-return]
-    tokenizer = getattr(policy, "tokenizer", None)
-    if tokenizer is None:
-        raise TypeError("a protocol of native tool calls needs the policy's chat template: give the policy a "
-                        "`tokenizer` with a chat template or a render_chat(messages, add_generation_prompt) method")
-    return template_renderer(tokenizer)
 
 
 def _env_pool(

@@ -176,3 +176,25 @@ def test_llm_agent_contexts_are_the_templates_rendering(tools_policy: HFPolicy, 
     render = tools_policy.tokenizer.apply_chat_template
     assert policy.prompts[-1] == tools_policy.encode(render(episode.messages[:-1], tokenize=False,
                                                             add_generation_prompt=True))
+
+
+def test_parse_telemetry_in_trainer_metrics_eval_rows_and_episode_metrics(tools_policy: HFPolicy,
+                                                                         make_env: Any) -> None:
+    from agents.evaluate import summarize
+    from agents.reference import LLMAgent, run_agent
+    from agents.trainers.episodes import episode_from_record, episode_metrics
+    from searchenv.env import episode_metrics as env_episode_metrics
+    from tests.conftest import EXAMPLES
+
+    env = make_env(protocol="tools", max_turns=6)
+    turns = _turns(env.protocol)  # search, bad_json, unknown_tool, search, answer
+    batch = RolloutEngine(CallPolicy(tools_policy, turns), env, concurrency=2).run(["q0", "q1"])
+    metrics = episode_metrics([episode_from_record(r) for r in batch])
+    assert metrics["invalid_share"] == {"bad_json": 0.2, "unknown_tool": 0.2}  # 2 of 10 turns each
+    per_episode = env_episode_metrics(batch[0].info)
+    assert per_episode["invalid/bad_json"] == per_episode["invalid/unknown_tool"] == 0.2
+    assert per_episode["invalid/no_action"] == 0.0
+    episodes = run_agent(LLMAgent("llm", CallPolicy(tools_policy, turns)), EXAMPLES[:2], env.retriever,
+                         protocol="tools", max_turns=6)
+    row = summarize(episodes, 1.0)
+    assert row["invalid_share"] == {"bad_json": 0.2, "unknown_tool": 0.2} and row["invalid_turns"] == 2.0

@@ -13,7 +13,7 @@ from typing import Any, SupportsFloat
 import gymnasium as gym
 
 from searchenv.metrics import exact_match, f1_score, gold_in_prediction, normalize_answer
-from searchenv.protocols import Action, Answer, Invalid, Open, Protocol, Search, get_protocol
+from searchenv.protocols import INVALID_CODES, Action, Answer, Invalid, Open, Protocol, Search, get_protocol
 from searchenv.refiners import Refiner, get_refiner
 from searchenv.retrievers.base import Hit, Retriever, RetrieverError
 from searchenv.rewards import Reward, StepContext, answer_admissible, get_reward, score_step
@@ -104,7 +104,8 @@ class SearchQAEnv(gym.Env[str, str]):
     At episode end also: ``answer`` (None if unanswered), ``gold_answers``, ``em``, ``f1``,
     ``contains``, ``evidence_recall`` (None when the example has no gold evidence) and
     ``episode`` (totals per term, return, searches, queries, duplicate queries, invalid turns,
-    em, f1, contains, evidence recall, answered, answer_admissible: whether the answer passed the
+    invalid turns by code (``invalid_reasons``), em, f1, contains, evidence recall, answered,
+    answer_admissible: whether the answer passed the
     reward's guard against over-long and multi-candidate answers; ``opens``, ``opened_doc_ids``,
     and ``cited_doc_ids``, None unless the answer had a citation block).
 
@@ -256,6 +257,7 @@ class SearchQAEnv(gym.Env[str, str]):
         self._num_queries = 0
         self._duplicate_queries = 0
         self._invalid_turns = 0
+        self._invalid_reasons: dict[str, int] = {}
         self._infra_errors = 0
         self._queries_seen: set[str] = set()
         self._retrieved: list[str] = []
@@ -410,6 +412,7 @@ class SearchQAEnv(gym.Env[str, str]):
             opened = {"doc_id": doc.doc_id, "number": action.number, "page": action.page, "pages": len(pages)}
         elif isinstance(action, Invalid):
             self._invalid_turns += 1
+            self._invalid_reasons[action.code] = self._invalid_reasons.get(action.code, 0) + 1
             new_text = self.protocol.render_invalid(action)
         else:
             new_text = ""
@@ -575,6 +578,7 @@ class SearchQAEnv(gym.Env[str, str]):
                 "queries": self._num_queries,
                 "duplicate_queries": self._duplicate_queries,
                 "invalid_turns": self._invalid_turns,
+                "invalid_reasons": dict(self._invalid_reasons),
                 "infra_errors": self._infra_errors,
                 "retrieved_doc_ids": list(self._retrieved),
                 "opens": self._num_opens,
@@ -633,8 +637,10 @@ def episode_metrics(final_info: Mapping[str, Any]) -> dict[str, float]:
     Returns:
         ``em``, ``f1``, ``contains``, ``searches``, ``queries``, ``duplicate_queries``, ``turns``,
         ``invalid_turns``, ``infra_errors``, ``answered`` and ``answer_admissible`` (0/1),
-        ``return``, ``evidence_recall`` (only when the example has gold evidence) and
-        ``reward/<term>`` per reward term: every value a float.
+        ``return``, ``evidence_recall`` (only when the example has gold evidence),
+        ``reward/<term>`` per reward term, and parse telemetry ``invalid/<code>`` for every code
+        of :data:`~searchenv.protocols.INVALID_CODES` (the share of the episode's turns with that
+        code, 0 for most): every value a float.
 
     Raises:
         KeyError: If ``final_info`` is not a final info (it has no ``episode``).
@@ -650,6 +656,10 @@ def episode_metrics(final_info: Mapping[str, Any]) -> dict[str, float]:
         out["evidence_recall"] = float(ep["evidence_recall"])
     for term, value in ep["reward_totals"].items():
         out[f"reward/{term}"] = float(value)
+    reasons = ep.get("invalid_reasons") or {}
+    turns = max(1, int(ep["turns"]))
+    for code in INVALID_CODES:
+        out[f"invalid/{code}"] = float(reasons.get(code, 0)) / turns
     return out
 
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, ClassVar
@@ -149,6 +149,26 @@ INVALID_CODES: tuple[str, ...] = tuple(
 
 
 Action = Search | Answer | Open | Invalid
+
+
+def invalid_share(reasons: Iterable[str | None]) -> dict[str, float]:
+    """Parse telemetry: the share of turns that were invalid, by code.
+
+    Args:
+        reasons: Each turn's invalid code (``info["invalid_reason"]``), None for a well-formed turn.
+
+    Returns:
+        ``{code: turns with it / all turns}`` for each code that occurred, codes in the order of
+        :data:`INVALID_CODES` (unknown codes after them); empty when no turn was invalid.
+    """
+    counts: dict[str, int] = {}
+    total = 0
+    for reason in reasons:
+        total += 1
+        if reason is not None:
+            counts[str(reason)] = counts.get(str(reason), 0) + 1
+    order = {code: i for i, code in enumerate(INVALID_CODES)}
+    return {code: counts[code] / total for code in sorted(counts, key=lambda c: (order.get(c, len(order)), c))}
 
 #: Every tag any built-in protocol uses; :func:`sanitize` neutralises all of them in documents.
 ALL_TAGS = ("think", "search", "answer", "information", "open", "relevance", "analysis", "tool_call",

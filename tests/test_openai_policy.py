@@ -350,3 +350,21 @@ def test_tool_calls_come_back_as_the_protocols_text(scripted: Scripted) -> None:
         policy.generate_chat([[{"role": "tool", "content": "r"}]], tools=tools)
     with pytest.raises(ValueError, match="message 0"):  # without tools= a tool message is refused as before
         policy.generate_chat([[{"role": "tool", "tool_call_id": "c", "content": "r"}]])
+
+
+def test_calls_a_server_left_as_text_go_back_as_text(scripted: Scripted, tmp_path: Any) -> None:
+    """A server without a tool-call parser for the model (transformers serve with SmolLM2) returns the call as text."""
+    from agents.reference import make_agent, run_agent
+    from searchenv.retrievers.bm25 import BM25Retriever
+
+    url, handler = scripted
+    written = 'Searching.\n<tool_call>\n{"name": "search", "arguments": {"query": "Tobin Quenn born"}}\n</tool_call>'
+    handler.script = [(200, _chat(written)), (200, _tool_reply("answer", '{"answer": "Karsk"}', "srv_2"))]
+    policy = OpenAIChatPolicy(url, model="m", max_concurrency=1)
+    retriever = BM25Retriever.build(DOCS, tmp_path / "idx")
+    [episode] = run_agent(make_agent("llm", policy=policy), EXAMPLES[1:2], retriever, protocol="tools", seed=0)
+    assert episode.metrics["em"] == 1.0 and episode.metrics["invalid_turns"] == 0
+    assert episode.messages[2]["tool_calls"][0]["id"] == "call_1"  # the environment still records the call
+    assistant, reply = handler.seen[1]["messages"][2:]
+    assert assistant == {"role": "assistant", "content": written}  # as the model wrote it, not an empty turn
+    assert reply["role"] == "user" and reply["content"].startswith("Doc 1(Title:")

@@ -41,7 +41,7 @@ slot's ``<answer>``) encoded as one string; nothing generated is retokenized.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -666,7 +666,9 @@ class LLMAgent:
                 out[i] = Turn(scripted, 0)
                 continue
             todo.append(i)
-            conversations.append(chat_messages(ep.messages, tools=ep.protocol.native_tools))
+            conversations.append(chat_messages(ep.messages, tools=ep.protocol.native_tools,
+                                               text_turns=ep.memory.get("text_turns", ()),
+                                               turn_texts=[s.text for s in ep.steps]))
         if todo:
             protocol = episodes[todo[0]].protocol
             # native tool calls: the protocol's tools, and no stop strings (a server's tool-call
@@ -691,21 +693,46 @@ class LLMAgent:
                 if self.answer_slot:
                     start = text.find("<answer>")
                     text = close_answer(text[start:] if start >= 0 else "<answer>" + text)
+                if protocol.native_tools and not gen.tool_calls:  # the server did not parse a call: a text turn
+                    episodes[j].memory.setdefault("text_turns", set()).add(episodes[j].turn)
                 out[j] = Turn(text, gen.num_tokens)
         return [t if t is not None else Turn("", 0) for t in out]
 
 
-def chat_messages(messages: Sequence[Mapping[str, Any]], *, tools: bool = False) -> list[dict[str, Any]]:
+def chat_messages(messages: Sequence[Mapping[str, Any]], *, tools: bool = False, text_turns: Collection[int] = (),
+                  turn_texts: Sequence[str] = ()) -> list[dict[str, Any]]:
     """An episode's transcript as chat-API messages.
 
     Chat APIs take a ``tool`` message only as the answer to a structured tool call: under the tag
     protocols the environment's ``tool`` replies become ``user`` turns (the environment speaks as
     the user); with ``tools`` (native tool calls) the messages are kept as the environment has
-    them (``tool_calls``, ``tool`` messages with ``tool_call_id``).
+    them (``tool_calls``, ``tool`` messages with ``tool_call_id``), except the turns in
+    ``text_turns``: the server gave those as text, not as parsed calls (it has no tool-call parser
+    for the model), so they go back as that text (``turn_texts[k]``) and their replies as ``user``
+    messages, as under the tag protocols. A chat template without tool markup would otherwise
+    render an assistant message of only ``tool_calls`` as an empty turn.
+
+    Args:
+        messages: The environment's messages.
+        tools: The protocol speaks native tool calls.
+        text_turns: Turn numbers (0-based) written as text by a server that parses no calls.
+        turn_texts: Each turn's text as sent to the environment.
     """
-    if tools:
-        return [dict(m) for m in messages]
-    return [{"role": "user" if m["role"] == "tool" else m["role"], "content": m["content"]} for m in messages]
+    if not tools:
+        return [{"role": "user" if m["role"] == "tool" else m["role"], "content": m["content"]} for m in messages]
+    out: list[dict[str, Any]] = []
+    turn = -1
+    as_text = False
+    for m in messages:
+        if m["role"] == "assistant":
+            turn += 1
+            as_text = turn in text_turns and turn < len(turn_texts)
+            out.append({"role": "assistant", "content": turn_texts[turn]} if as_text else dict(m))
+        elif m["role"] == "tool" and as_text:
+            out.append({"role": "user", "content": m["content"]})
+        else:
+            out.append(dict(m))
+    return out
 
 
 def _assistant_index(messages: Sequence[Mapping[str, Any]], back: int) -> int:

@@ -20,6 +20,8 @@ class Generation:
         n_tokens: Tokens generated as the backend counted them, when ``token_ids`` are not the
             sampled ids (a served model: ``token_ids`` are then the text re-encoded, or empty);
             None when ``token_ids`` are exact.
+        tool_calls: The server returned the turn as structured ``tool_calls`` (a chat API asked
+            with ``tools``; ``text`` is then their rendering as the ``tools`` protocol's text).
     """
 
     text: str
@@ -27,6 +29,7 @@ class Generation:
     logprobs: tuple[float, ...] | None
     finish_reason: str
     n_tokens: int | None = None
+    tool_calls: bool = False
 
     @property
     def num_tokens(self) -> int:

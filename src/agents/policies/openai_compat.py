@@ -261,7 +261,9 @@ class _OpenAIBase:
                 if finish == "eos" and isinstance(eos, int):
                     ids += (eos,)  # as an in-process model reports it: the sampled end-of-sequence token
             n_tokens = count if isinstance(count, int) and not isinstance(count, bool) else len(ids)
-            return Generation(text, ids, None, finish, n_tokens)
+            message = choice.get("message")
+            calls = bool(isinstance(message, dict) and message.get("tool_calls"))
+            return Generation(text, ids, None, finish, n_tokens, tool_calls=calls)
 
         def attempt(body: dict[str, Any]) -> Generation | ModelServerError:
             try:

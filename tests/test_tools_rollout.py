@@ -198,3 +198,21 @@ def test_parse_telemetry_in_trainer_metrics_eval_rows_and_episode_metrics(tools_
                          protocol="tools", max_turns=6)
     row = summarize(episodes, 1.0)
     assert row["invalid_share"] == {"bad_json": 0.2, "unknown_tool": 0.2} and row["invalid_turns"] == 2.0
+
+
+def test_sft_lays_tools_demonstrations_out_as_the_template_renders_them(tools_policy: HFPolicy,
+                                                                        make_env: Any) -> None:
+    from agents.policies.scripted import OracleAgent
+    from agents.reference import run_agent
+    from agents.trainers.sft import messages_to_sample
+    from tests.conftest import EXAMPLES
+
+    env = make_env(protocol="tools")
+    for record in run_agent(OracleAgent(), EXAMPLES, env.retriever, protocol="tools", top_k=3, max_turns=5):
+        messages = record.messages
+        sample = messages_to_sample(tools_policy, messages)
+        rendered = tools_policy.encode(tools_policy.tokenizer.apply_chat_template(messages, tokenize=False))
+        assert sample.ids + tools_policy.encode("<|im_end|>\n") == rendered
+        trained = tools_policy.decode([t for t, m in zip(sample.ids, sample.mask, strict=True) if m])
+        assert trained.count("<tool_call>") == sum(m["role"] == "assistant" for m in messages)
+        assert "<tool_response>" not in trained and "Doc 1(" not in trained

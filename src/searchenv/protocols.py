@@ -659,6 +659,33 @@ def _json_type(value: object) -> str:
     return "an array" if isinstance(value, list) else "an object"
 
 
+def tool_turn_text(content: str, tool_calls: Sequence[Mapping[str, Any]]) -> str:
+    """An assistant message with ``tool_calls`` as the text a Hermes/Qwen template renders for it.
+
+    ``content`` (stripped) on its own line, then each call as ``<tool_call>\n{"name": ..,
+    "arguments": {..}}\n</tool_call>`` (JSON as the templates' ``tojson`` writes it). What
+    :meth:`ToolsProtocol.format_action` writes, and how a demonstration's turns are laid out for
+    training (:func:`agents.trainers.sft.messages_to_sample`).
+
+    Args:
+        content: The message's content.
+        tool_calls: Its calls, each ``{"function": {"name": .., "arguments": {..}}}`` (an OpenAI
+            entry; arguments given as a JSON string are decoded).
+    """
+    parts = [content.strip()] if content.strip() else []
+    for call in tool_calls:
+        fn = call.get("function", call)
+        args = fn.get("arguments", {})
+        if isinstance(args, str):
+            try:
+                args = json.loads(args)
+            except ValueError:
+                pass
+        parts.append(f"<tool_call>\n{json.dumps({'name': fn.get('name'), 'arguments': args}, ensure_ascii=False)}"
+                     "\n</tool_call>")
+    return "\n".join(parts)
+
+
 class ToolsProtocol(Protocol):
     """Native tool calls: the actions as JSON-schema tools, a turn as one call (Hermes/Qwen layout).
 
@@ -936,9 +963,7 @@ class ToolsProtocol(Protocol):
             name, args = "open", {"number": action.number, **({"page": action.page} if action.page != 1 else {})}
         else:
             raise ValueError(f"action must be a search, an answer or (tools-browse) an open, got {action!r}")
-        call = json.dumps({"name": name, "arguments": args}, ensure_ascii=False)
-        content = content.strip()
-        return f"{content}\n" * bool(content) + f"<tool_call>\n{call}\n</tool_call>"
+        return tool_turn_text(content, [{"function": {"name": name, "arguments": args}}])
 
     def from_tags(self, turn: str) -> str:
         """A tag turn (``<think>`` then ``<search>``/``<answer>``/``<open>``) as a tool call.

@@ -325,8 +325,9 @@ def test_llm_agent_calls_tools_natively_on_a_chat_policy(scripted: Scripted, tmp
     assert [t["function"]["name"] for t in first["tools"]] == ["search", "answer"]
     assert "stop" not in first  # the server's tool-call parser ends the turn
     assistant, tool = second["messages"][2:]
+    call = {"name": "search", "arguments": '{"query": "Tobin Quenn born"}'}
     assert assistant["content"] == "Let me look." and assistant["tool_calls"] == [
-        {"id": "srv_1", "type": "function", "function": {"name": "search", "arguments": '{"query": "Tobin Quenn born"}'}}]
+        {"id": "srv_1", "type": "function", "function": call}]
     assert tool["role"] == "tool" and tool["tool_call_id"] == "srv_1" and tool["content"].startswith("Doc 1(Title:")
     assert episode.messages[-1]["tool_calls"][0]["id"] == "srv_2"
 

@@ -174,7 +174,8 @@ def test_env_messages_are_tool_calls_and_tool_results(make_env: Any) -> None:
     assert info["invalid_reason"] == "bad_json"
     _, _, _, _, info = env.step(_call("lookup", {"q": 1}))
     assert info["invalid_reason"] == "unknown_tool"
-    _, _, terminated, _, info = env.step(json.dumps({"id": "srv-7", "name": "answer", "arguments": {"answer": "Karsk"}}))
+    answer = {"id": "srv-7", "name": "answer", "arguments": {"answer": "Karsk"}}
+    _, _, terminated, _, info = env.step(json.dumps(answer))
     assert terminated and info["em"] == 1.0
     m = env.messages()
     assert [x["role"] for x in m] == ["system", "user", "assistant", "tool", "assistant", "user", "assistant", "tool",

@@ -1,4 +1,4 @@
-"""The chat template's text between two generated turns, for protocols that speak native tool calls.
+r"""The chat template's text between two generated turns, for protocols that speak native tool calls.
 
 Under a tag protocol (``search-r1``, ...) a rollout appends the environment's ``new_text`` after a
 turn. Under ``tools`` the environment's reply is a ``tool`` message, and what the model reads
@@ -46,7 +46,7 @@ def chat_renderer(policy: Any) -> Render:
     """
     render = getattr(policy, "render_chat", None)
     if callable(render):
-        return render  # type: ignore[no-any-return]
+        return render
     tokenizer = getattr(policy, "tokenizer", None)
     if tokenizer is None:
         raise TypeError("a protocol of native tool calls needs the policy's chat template: give the policy a "
@@ -55,7 +55,7 @@ def chat_renderer(policy: Any) -> Render:
 
 
 def turn_end_text(render: Render, before: Sequence[Mapping[str, Any]]) -> str:
-    """The text a template puts after an assistant message's content (ChatML: ``<|im_end|>\\n``).
+    """The text a template puts after an assistant message's content (ChatML: ``<|im_end|>`` and a newline).
 
     Args:
         render: The chat template.

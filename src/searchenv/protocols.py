@@ -225,9 +225,9 @@ def _blocks(text: str, pattern: re.Pattern[str]) -> tuple[list[_Block], str | No
 
 def _check_positive(**values: object) -> None:
     """Raise ``ValueError`` naming the first option that is not a positive integer."""
-    for field, value in values.items():
+    for name, value in values.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{field} must be a positive integer, got {value!r}")
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
 class Protocol:
@@ -455,6 +455,11 @@ class Protocol:
             out.append({"role": "tool", "content": new_text.strip()})
         return out
 
+    @property
+    def tools(self) -> list[dict[str, Any]]:
+        """The actions as OpenAI function definitions; none for a tag protocol (see :class:`ToolsProtocol`)."""
+        return []
+
     def from_tags(self, turn: str) -> str:
         """A turn written in the tag format (``<think>``, ``<search>``...) said in this protocol.
 
@@ -584,8 +589,8 @@ class BrowseProtocol(Protocol):
     """
 
     name = "browse"
-    stop = ("</search>", "</answer>", "</open>")
-    tags = (*_BASE_TAGS, "open")
+    stop: ClassVar[tuple[str, ...]] = ("</search>", "</answer>", "</open>")
+    tags: ClassVar[tuple[str, ...]] = (*_BASE_TAGS, "open")
     episode_numbering = True
     can_open = True
 
@@ -660,7 +665,7 @@ def _json_type(value: object) -> str:
 
 
 def tool_turn_text(content: str, tool_calls: Sequence[Mapping[str, Any]]) -> str:
-    """An assistant message with ``tool_calls`` as the text a Hermes/Qwen template renders for it.
+    r"""An assistant message with ``tool_calls`` as the text a Hermes/Qwen template renders for it.
 
     ``content`` (stripped) on its own line, then each call as ``<tool_call>\n{"name": ..,
     "arguments": {..}}\n</tool_call>`` (JSON as the templates' ``tojson`` writes it). What
@@ -1026,7 +1031,7 @@ class ToolsProtocol(Protocol):
 
 
 class _TagTwin(BrowseProtocol):
-    """Reads every tag action (``multi-query``'s one query a line when ``max_queries > 1``): :meth:`ToolsProtocol.from_tags`."""
+    """Reads every tag action (one query a line when ``max_queries > 1``), for :meth:`ToolsProtocol.from_tags`."""
 
     def _queries_in(self, body: str) -> list[str]:
         if self.max_queries > 1:

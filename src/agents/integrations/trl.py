@@ -384,7 +384,7 @@ class SearchQAToolEnv:
 
 
 def _reply(info: Mapping[str, Any]) -> str:
-    """A step's reply as a tool's return value (without ``tools``' own ``<tool_response>`` tags: TRL adds the template's)."""
+    """A step's reply as a tool's return value (without the ``<tool_response>`` tags of ``tools``: TRL adds its own)."""
     text = str(info["new_text"]).strip()
     return text.removeprefix("<tool_response>").removesuffix("</tool_response>").strip()
 

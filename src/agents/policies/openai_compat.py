@@ -483,13 +483,14 @@ def _api_message(msg: Any, c: int, m: int, tools: bool) -> dict[str, Any]:
             if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
                 raise ValueError(f"{where}: a tool call needs a 'function' with a 'name', got {str(call)[:100]}")
             args = fn.get("arguments", {})
-            out["tool_calls"].append({"id": str(call.get("id", "")), "type": "function", "function": {
-                "name": fn["name"], "arguments": args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)}})
+            text = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+            out["tool_calls"].append({"id": str(call.get("id", "")), "type": "function",
+                                      "function": {"name": fn["name"], "arguments": text}})
     return out
 
 
 def tool_calls_text(content: str, calls: Sequence[Any]) -> str:
-    """A chat reply with ``tool_calls`` as the ``tools`` protocol's text: the content, then each call.
+    r"""A chat reply with ``tool_calls`` as the ``tools`` protocol's text: the content, then each call.
 
     Each call is written ``<tool_call>\n{"id": .., "name": .., "arguments": {..}}\n</tool_call>``
     (arguments decoded from their JSON string where they are JSON, else kept as the string, which

@@ -258,3 +258,32 @@ def test_reward_presets_and_refiners_pay_the_oracle_as_under_search_r1(make_env:
                 for name in ("search-r1", "tools")
             }
             assert returns["tools"] == pytest.approx(returns["search-r1"]), (preset, refiner)
+
+
+def test_rag_scaffold_answers_with_a_call_under_tools(make_env: Any) -> None:
+    """``rag`` writes its search and its answer slot in tags; under ``tools`` both reach the environment as calls."""
+    from agents.policies.base import Generation
+    from agents.reference import make_agent, run_agent
+
+    class Says:  # continues every prompt with the answer, as a model in the answer slot
+        def generate(self, prompts: Any, **kwargs: Any) -> list[Generation]:
+            return [Generation(" Karsk </answer>", (1, 2), None, "stop") for _ in prompts]
+
+        def encode(self, text: str) -> list[int]:
+            return [ord(c) for c in text]
+
+        def decode(self, ids: Any) -> str:
+            return "".join(map(chr, ids))
+
+        def chat_prompt_ids(self, messages: Any) -> list[int]:
+            return [1]
+
+        def render_chat(self, messages: Any, add_generation_prompt: bool) -> str:
+            return "".join(f"<{m['role']}>{m.get('content')}</{m['role']}>\n" for m in messages) + \
+                ("<assistant>" if add_generation_prompt else "")
+
+    env = make_env(protocol="tools")
+    [episode] = run_agent(make_agent("rag", policy=Says()), EXAMPLES[1:2], env.retriever, protocol="tools")
+    assert episode.answer == "Karsk" and episode.metrics["invalid_turns"] == 0
+    assert [m["tool_calls"][0]["function"]["name"] for m in episode.messages if m["role"] == "assistant"] == [
+        "search", "answer"]

@@ -646,7 +646,7 @@ class LLMAgent:
                 memory["text"] = []
                 text = prefix + gen.text
                 if self.answer_slot:
-                    text = close_answer(text)
+                    text = episodes[j].protocol.from_tags(close_answer(text))  # a call under tools
                 out[j] = Turn(text, gen.num_tokens)
         return [t if t is not None else Turn("", 0) for t in out]
 
@@ -693,6 +693,7 @@ class LLMAgent:
                 if self.answer_slot:
                     start = text.find("<answer>")
                     text = close_answer(text[start:] if start >= 0 else "<answer>" + text)
+                    text = episodes[j].protocol.from_tags(text)  # the scaffold's answer as a call under tools
                 if protocol.native_tools and not gen.tool_calls:  # the server did not parse a call: a text turn
                     episodes[j].memory.setdefault("text_turns", set()).add(episodes[j].turn)
                 out[j] = Turn(text, gen.num_tokens)

@@ -333,8 +333,7 @@ def test_llm_agent_calls_tools_natively_on_a_chat_policy(scripted: Scripted, tmp
 
 
 def test_tool_calls_come_back_as_the_protocols_text(scripted: Scripted) -> None:
-    from agents.policies.openai_compat import tool_calls_text
-    from searchenv.protocols import Search, get_protocol
+    from searchenv.protocols import Search, get_protocol, tool_turn_text
 
     url, handler = scripted
     handler.script = [(200, _tool_reply("search", '{"query": "a"}', "c1")), (200, _tool_reply("search", "{bad", "c2"))]
@@ -345,7 +344,8 @@ def test_tool_calls_come_back_as_the_protocols_text(scripted: Scripted) -> None:
     parsed = get_protocol("tools").parse(good.text)
     assert parsed == Search(("a",), call=parsed.call) and parsed.call.id == "c1"
     assert get_protocol("tools").parse(bad.text).code == "bad_json"
-    assert tool_calls_text("", [{"id": "x", "function": {"name": "answer", "arguments": {"answer": "b"}}}]) == \
+    call = {"id": "x", "function": {"name": "answer", "arguments": {"answer": "b"}}}
+    assert tool_turn_text("", [call], ids=True) == \
         '<tool_call>\n{"id": "x", "name": "answer", "arguments": {"answer": "b"}}\n</tool_call>'
     with pytest.raises(ValueError, match="tool_call_id"):
         policy.generate_chat([[{"role": "tool", "content": "r"}]], tools=tools)

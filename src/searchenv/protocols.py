@@ -664,30 +664,38 @@ def _json_type(value: object) -> str:
     return "an array" if isinstance(value, list) else "an object"
 
 
-def tool_turn_text(content: str, tool_calls: Sequence[Mapping[str, Any]]) -> str:
+def tool_turn_text(content: str, tool_calls: Sequence[Any], *, ids: bool = False) -> str:
     r"""An assistant message with ``tool_calls`` as the text a Hermes/Qwen template renders for it.
 
     ``content`` (stripped) on its own line, then each call as ``<tool_call>\n{"name": ..,
     "arguments": {..}}\n</tool_call>`` (JSON as the templates' ``tojson`` writes it). What
-    :meth:`ToolsProtocol.format_action` writes, and how a demonstration's turns are laid out for
-    training (:func:`agents.trainers.sft.messages_to_sample`).
+    :meth:`ToolsProtocol.format_action` writes, how a demonstration's turns are laid out for
+    training (:func:`agents.trainers.sft.messages_to_sample`), and (``ids=True``) how a served
+    model's ``tool_calls`` reach the environment, ids kept.
 
     Args:
         content: The message's content.
-        tool_calls: Its calls, each ``{"function": {"name": .., "arguments": {..}}}`` (an OpenAI
-            entry; arguments given as a JSON string are decoded).
+        tool_calls: Its calls, each ``{"id": .., "function": {"name": .., "arguments": {..}}}`` (an
+            OpenAI entry; arguments given as a JSON string are decoded where they are JSON, else
+            kept as the string, which :class:`ToolsProtocol` calls ``bad_json``; an entry of
+            another shape is written as it is).
+        ids: Write each call's ``"id"`` first (when it has one).
     """
     parts = [content.strip()] if content.strip() else []
     for call in tool_calls:
-        fn = call.get("function", call)
+        fn = call.get("function") if isinstance(call, Mapping) else None
+        if not isinstance(fn, Mapping):
+            parts.append(f"<tool_call>\n{json.dumps(call, ensure_ascii=False, default=str)}\n</tool_call>")
+            continue
         args = fn.get("arguments", {})
         if isinstance(args, str):
             try:
                 args = json.loads(args)
-            except ValueError:
+            except (ValueError, RecursionError):
                 pass
-        parts.append(f"<tool_call>\n{json.dumps({'name': fn.get('name'), 'arguments': args}, ensure_ascii=False)}"
-                     "\n</tool_call>")
+        obj = {"id": call["id"]} if ids and call.get("id") else {}
+        obj.update(name=fn.get("name"), arguments=args)
+        parts.append(f"<tool_call>\n{json.dumps(obj, ensure_ascii=False, default=str)}\n</tool_call>")
     return "\n".join(parts)
 
 

@@ -21,7 +21,8 @@ Two classes, one per API:
     the answer instead of opening ``<answer>`` themselves. Under the ``tools`` protocol it is a
     native tool caller: it sends the protocol's tools (``tools=``), the episode's calls as
     ``tool_calls`` and the results as ``tool`` messages with their ``tool_call_id``, and turns
-    the ``tool_calls`` of the reply back into the protocol's text (:func:`tool_calls_text`).
+    the ``tool_calls`` of the reply back into the protocol's text, the server's call ids kept
+    (:func:`searchenv.protocols.tool_turn_text`).
 
 Both send the protocol's stop strings, one request per prompt with at most ``max_concurrency``
 in flight, each with a per-request seed (reproducible where the server honours ``seed``) and a
@@ -58,6 +59,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from agents.policies.base import Generation, GenerationError, chat_template_ids, check_sampling, request_seeds
+from searchenv.protocols import tool_turn_text
 
 #: Environment variable read for the API key when none is given.
 API_KEY_ENV = "OPENAI_API_KEY"
@@ -438,7 +440,7 @@ class OpenAIChatPolicy(_OpenAIBase):
             top_p: As for :meth:`~agents.policies.base.Policy.generate`.
             seed: As for :meth:`~agents.policies.base.Policy.generate`.
             tools: OpenAI function definitions sent as ``tools`` (native tool calling); a reply's
-                ``tool_calls`` come back as text (:func:`tool_calls_text`).
+                ``tool_calls`` come back as text (:func:`searchenv.protocols.tool_turn_text`).
 
         Raises:
             ValueError: If a message is not one of those shapes.
@@ -489,34 +491,6 @@ def _api_message(msg: Any, c: int, m: int, tools: bool) -> dict[str, Any]:
     return out
 
 
-def tool_calls_text(content: str, calls: Sequence[Any]) -> str:
-    r"""A chat reply with ``tool_calls`` as the ``tools`` protocol's text: the content, then each call.
-
-    Each call is written ``<tool_call>\n{"id": .., "name": .., "arguments": {..}}\n</tool_call>``
-    (arguments decoded from their JSON string where they are JSON, else kept as the string, which
-    the protocol then calls ``bad_json``), so the environment keeps the server's call id.
-
-    Args:
-        content: The reply's ``content`` (may be empty).
-        calls: The reply's ``tool_calls``.
-    """
-    parts = [content.strip()] if content.strip() else []
-    for call in calls:
-        fn = call.get("function") if isinstance(call, Mapping) else None
-        if not isinstance(fn, Mapping):
-            parts.append(f"<tool_call>\n{json.dumps(call, ensure_ascii=False, default=str)}\n</tool_call>")
-            continue
-        args = fn.get("arguments")
-        if isinstance(args, str):
-            try:
-                args = json.loads(args) if args.strip() else {}
-            except ValueError:
-                pass
-        obj = {"id": call.get("id"), "name": fn.get("name"), "arguments": args} if call.get("id") else \
-            {"name": fn.get("name"), "arguments": args}
-        parts.append(f"<tool_call>\n{json.dumps(obj, ensure_ascii=False, default=str)}\n</tool_call>")
-    return "\n".join(parts)
-
 
 def _requests_error(first: ModelServerError, count: int, results: Sequence[Generation | None],
                     errors: Sequence[str | None]) -> ModelRequestsError:
@@ -557,7 +531,7 @@ def _chat_text(choice: dict[str, Any]) -> str:
     calls = message.get("tool_calls") if isinstance(message, dict) else None
     if calls and isinstance(calls, list):  # native tool calls: said as the tools protocol's text (finish "eos")
         content = message.get("content")  # type: ignore[union-attr]
-        return tool_calls_text(content if isinstance(content, str) else "", calls)
+        return tool_turn_text(content if isinstance(content, str) else "", calls, ids=True)
     content = message.get("content") if isinstance(message, dict) else None
     if content is None and isinstance(message, dict) and message.get("role") == "assistant":
         return ""  # an empty reply (some servers send null content)

@@ -209,9 +209,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "",
         "| steps | mean reward | 95% interval |",
         "|---|---|---|",
-        f"| first {int(trend['window'])} | {trend['first']:.3f} | [{trend['first_low']:.3f}, {trend['first_high']:.3f}] |",
-        f"| last {int(trend['window'])} | {trend['last']:.3f} | [{trend['last_low']:.3f}, {trend['last_high']:.3f}] |",
-        f"| rise | {trend['rise']:+.3f} | [{trend['rise_low']:+.3f}, {trend['rise_high']:+.3f}] |",
+        *(f"| {label} | {trend[k]:{fmt}} | [{trend[k + '_low']:{fmt}}, {trend[k + '_high']:{fmt}}] |"
+          for label, k, fmt in ((f"first {int(trend['window'])}", "first", ".3f"),
+                                (f"last {int(trend['window'])}", "last", ".3f"), ("rise", "rise", "+.3f"))),
         "",
         f"Greedy, on the same {args.n_dev} held-out dev questions (top-{args.top_k}, {args.max_turns} turns, "
         f"documents cut to {args.max_doc_chars} characters, {args.max_new_tokens} new tokens a turn):",

@@ -298,3 +298,74 @@ def test_a_failed_request_keeps_the_generations_of_the_others(scripted: Scripted
     first, second = info.value.results
     assert first is not None and first.text == "<answer> a </answer>" and second is None
     assert info.value.errors[0] is None and "bad gateway" in str(info.value.errors[1])
+
+
+# ---------------------------------------------------------------- native tool calls (protocol="tools")
+
+
+def _tool_reply(name: str, arguments: str, call_id: str, content: str | None = None) -> bytes:
+    message = {"role": "assistant", "content": content,
+               "tool_calls": [{"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}]}
+    return json.dumps({"choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}],
+                       "usage": {"prompt_tokens": 20, "completion_tokens": 7}}).encode()
+
+
+def test_llm_agent_calls_tools_natively_on_a_chat_policy(scripted: Scripted, tmp_path: Any) -> None:
+    from agents.reference import make_agent, run_agent
+    from searchenv.retrievers.bm25 import BM25Retriever
+
+    url, handler = scripted
+    handler.script = [(200, _tool_reply("search", '{"query": "Tobin Quenn born"}', "srv_1", "Let me look.")),
+                      (200, _tool_reply("answer", '{"answer": "Karsk"}', "srv_2"))]
+    policy = OpenAIChatPolicy(url, model="m", max_concurrency=1)
+    retriever = BM25Retriever.build(DOCS, tmp_path / "idx")
+    [episode] = run_agent(make_agent("llm", policy=policy), EXAMPLES[1:2], retriever, protocol="tools", seed=0)
+    assert episode.answer == "Karsk" and episode.metrics["em"] == 1.0 and episode.metrics["invalid_turns"] == 0
+    first, second = handler.seen
+    assert [t["function"]["name"] for t in first["tools"]] == ["search", "answer"]
+    assert "stop" not in first  # the server's tool-call parser ends the turn
+    assistant, tool = second["messages"][2:]
+    call = {"name": "search", "arguments": '{"query": "Tobin Quenn born"}'}
+    assert assistant["content"] == "Let me look." and assistant["tool_calls"] == [
+        {"id": "srv_1", "type": "function", "function": call}]
+    assert tool["role"] == "tool" and tool["tool_call_id"] == "srv_1" and tool["content"].startswith("Doc 1(Title:")
+    assert episode.messages[-1]["tool_calls"][0]["id"] == "srv_2"
+
+
+def test_tool_calls_come_back_as_the_protocols_text(scripted: Scripted) -> None:
+    from searchenv.protocols import Search, get_protocol, tool_turn_text
+
+    url, handler = scripted
+    handler.script = [(200, _tool_reply("search", '{"query": "a"}', "c1")), (200, _tool_reply("search", "{bad", "c2"))]
+    policy = OpenAIChatPolicy(url, model="m", max_concurrency=1)
+    tools = get_protocol("tools").tools
+    good, bad = policy.generate_chat([[{"role": "user", "content": "q"}]] * 2, tools=tools)
+    assert good.finish_reason == "eos"  # the model ended its message after the call
+    parsed = get_protocol("tools").parse(good.text)
+    assert parsed == Search(("a",), call=parsed.call) and parsed.call.id == "c1"
+    assert get_protocol("tools").parse(bad.text).code == "bad_json"
+    call = {"id": "x", "function": {"name": "answer", "arguments": {"answer": "b"}}}
+    assert tool_turn_text("", [call], ids=True) == \
+        '<tool_call>\n{"id": "x", "name": "answer", "arguments": {"answer": "b"}}\n</tool_call>'
+    with pytest.raises(ValueError, match="tool_call_id"):
+        policy.generate_chat([[{"role": "tool", "content": "r"}]], tools=tools)
+    with pytest.raises(ValueError, match="message 0"):  # without tools= a tool message is refused as before
+        policy.generate_chat([[{"role": "tool", "tool_call_id": "c", "content": "r"}]])
+
+
+def test_calls_a_server_left_as_text_go_back_as_text(scripted: Scripted, tmp_path: Any) -> None:
+    """A server without a tool-call parser for the model (transformers serve with SmolLM2) returns the call as text."""
+    from agents.reference import make_agent, run_agent
+    from searchenv.retrievers.bm25 import BM25Retriever
+
+    url, handler = scripted
+    written = 'Searching.\n<tool_call>\n{"name": "search", "arguments": {"query": "Tobin Quenn born"}}\n</tool_call>'
+    handler.script = [(200, _chat(written)), (200, _tool_reply("answer", '{"answer": "Karsk"}', "srv_2"))]
+    policy = OpenAIChatPolicy(url, model="m", max_concurrency=1)
+    retriever = BM25Retriever.build(DOCS, tmp_path / "idx")
+    [episode] = run_agent(make_agent("llm", policy=policy), EXAMPLES[1:2], retriever, protocol="tools", seed=0)
+    assert episode.metrics["em"] == 1.0 and episode.metrics["invalid_turns"] == 0
+    assert episode.messages[2]["tool_calls"][0]["id"] == "call_1"  # the environment still records the call
+    assistant, reply = handler.seen[1]["messages"][2:]
+    assert assistant == {"role": "assistant", "content": written}  # as the model wrote it, not an empty turn
+    assert reply["role"] == "user" and reply["content"].startswith("Doc 1(Title:")

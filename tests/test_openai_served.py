@@ -332,3 +332,48 @@ def test_bench_judge_runs_end_to_end_on_the_served_model(served: tuple[str, str]
     judged = sum(card["sets"][s]["judge_acc"] * card["sets"][s]["n"] for s in ("nq", "triviaqa"))
     assert judged == pytest.approx(sum(e["judgement"]["correct"] for e in episodes))
     assert "Judge acc" in proc.stdout
+
+
+# ------------------------------------------------ native tool calls (protocol "tools") through transformers serve
+
+
+def test_eval_cli_with_tools_on_the_served_model(served: tuple[str, str], tmp_path: Path) -> None:
+    """``searchenv eval --protocol tools --model-url`` end to end, and what the server does with ``tools``.
+
+    transformers serve hands ``tools`` to ``apply_chat_template``; SmolLM2's template never reads
+    them, so the prompt is the same with and without them (the model learns the tools only from the
+    protocol's own Hermes declaration in the system prompt), and it has no tool-call parser for a
+    ``llama`` model, so it never answers with ``tool_calls``: the call, if any, comes back as text,
+    which the protocol parses and the agent sends back as text.
+    """
+    url, folder = served
+    protocol = get_protocol("tools")
+    messages = [{"role": "system", "content": protocol.system_prompt()},
+                {"role": "user", "content": protocol.user_prompt("Where was Tobin Quenn born?")}]
+
+    def ask(**extra: Any) -> dict[str, Any]:
+        body = {"model": folder, "messages": messages, "max_tokens": 8, "temperature": 0.0, **extra}
+        request = urllib.request.Request(url + "/v1/chat/completions", json.dumps(body).encode(),
+                                         {"content-type": "application/json"})
+        with urllib.request.urlopen(request, timeout=300) as r:
+            return json.loads(r.read())  # type: ignore[no-any-return]
+
+    with_tools, without = ask(tools=protocol.tools), ask()
+    assert with_tools["usage"]["prompt_tokens"] == without["usage"]["prompt_tokens"]  # the tools are not rendered
+    assert not with_tools["choices"][0]["message"].get("tool_calls")  # and no call is parsed
+    assert with_tools["choices"][0]["message"]["content"] == without["choices"][0]["message"]["content"]
+
+    out = tmp_path / "ev"
+    cmd = [sys.executable, "-c", "from searchenv.cli import main; main()", "eval", "--agent", "llm",
+           "--task", "synthetic-1hop", "--n", "2", "--protocol", "tools", "--max-turns", "2",
+           "--model-url", url + "/v1", "--served-model", folder, "--api", "chat", "--concurrency", "2",
+           "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [row] = json.loads((out / "results.json").read_text())["rows"]
+    assert row["agent"] == "llm" and row["n"] == 2 and row["config"]["protocol"] == "tools"
+    assert row["config"]["model_usage"]["requests"] == row["turns"] * 2
+    shares = row["invalid_share"]  # parse telemetry: which codes the untrained model's turns got
+    assert sum(shares.values()) == pytest.approx(row["invalid_turns"] / row["turns"])
+    episodes = [json.loads(line) for line in (out / "transcripts" / "llm__bm25.jsonl").read_text().splitlines()]
+    assert len(episodes) == 2 and all("<tools>" in ep["messages"][0]["content"] for ep in episodes)

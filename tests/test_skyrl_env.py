@@ -183,3 +183,20 @@ def test_the_typed_section_skyrls_trainer_passes_is_taken_as_env_config(index: P
     plain.reset(options={"index": 0})
     assert out["reward"] == pytest.approx(float(plain.step(TURNS[0])[1]))
     env.close()
+
+
+def test_tool_calls_through_skyrl_come_back_as_tool_messages(index: Path) -> None:
+    """Under ``tools`` an observation is the tool message answering the call, with its id."""
+    ex = QAExample("t3", "Where was Tobin Quenn born?", ("Karsk",), ("d3",))
+    env = SearchQASkyRLEnv({"retriever": str(index), "protocol": "tools", "top_k": 2, "max_turns": 4}, _row(ex))
+    messages, _ = env.init([])
+    assert "<tools>" in messages[0]["content"]
+    out = env.step('<tool_call>\n{"name": "search", "arguments": {"query": "Tobin Quenn born"}}\n</tool_call>')
+    [reply] = out["observations"]
+    assert reply["role"] == "tool" and reply["tool_call_id"] == "call_1" and reply["name"] == "search"
+    assert reply["content"].startswith("Doc 1(Title: Tobin Quenn)")
+    out = env.step("no call here")
+    assert out["observations"][0]["role"] == "user" and "no_action" in out["observations"][0]["content"]
+    out = env.step('{"name": "answer", "arguments": {"answer": "Karsk"}}')
+    assert out["done"] and out["metadata"]["em"] == 1.0 and out["observations"] == []
+    env.close()

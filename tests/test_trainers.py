@@ -178,7 +178,7 @@ def test_grpo_raises_a_toy_reward(tmp_path: Path, qa_file: Path, corpus_file: Pa
     recs = read_metrics(tmp_path / "grpo")
     assert len(recs) == 4
     assert {"reward_mean", "reward_std", "em", "searches", "kl", "clip_fraction", "entropy", "response_tokens",
-            "zero_variance_groups", "infra_errors"} <= set(recs[0])
+            "zero_variance_groups", "infra_errors", "invalid_share"} <= set(recs[0])
     assert set(recs[0]["seconds"]) >= {"generation", "environment", "training", "total"}
     assert recs[0]["reward_terms"]["toy"]["mean"] == pytest.approx(recs[0]["reward_mean"])
 

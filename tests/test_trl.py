@@ -265,3 +265,21 @@ def test_grpo_trainer_with_the_tool_env_as_environment_factory(tmp_path: Path, b
     assert len(logs) == 2 and all("rewards/SearchQAToolEnv/mean" in h for h in logs)  # the env owns the reward
     # the random model calls no tools, so every rollout is ended unanswered and scored by SearchQA-v0's preset
     assert all(h["rewards/SearchQAToolEnv/mean"] == 0.0 for h in logs)
+
+
+def test_tool_env_under_the_tools_protocol(bm25: BM25Retriever) -> None:
+    """TRL's own tool calls step a ``tools`` environment as its calls, and results come without the tags."""
+    from agents.integrations.trl import SearchQABrowseToolEnv, SearchQAToolEnv
+
+    tobin = next(ex for ex in EXAMPLES if ex.question == "Where was Tobin Quenn born?")
+    env = SearchQAToolEnv.factory([tobin], retriever=bm25, protocol="tools", max_turns=3)()
+    env.reset(example_id=tobin.id)
+    found = env.search("Tobin Quenn born")
+    assert found.startswith("Doc 1(Title: Tobin Quenn)") and "tool_response" not in found
+    assert env.answer("Karsk") == "Answer recorded." and env.final_metrics["em"] == 1.0
+    assert env.final_metrics["invalid_turns"] == 0.0
+    browse = SearchQAToolEnv.factory([tobin], retriever=bm25, protocol="tools-browse", max_turns=4)()
+    assert isinstance(browse, SearchQABrowseToolEnv)
+    browse.reset(example_id=tobin.id)
+    browse.search("Tobin Quenn born")
+    assert "page 1 of 1" in browse.open(1)

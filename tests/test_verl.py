@@ -26,4 +26,4 @@ def test_verl_agent_loop_in_its_own_venv() -> None:
                            "tests/verl/check_agent_loop.py", "tests/verl/check_launch.py"], cwd=ROOT,
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    assert "17 passed" in proc.stdout
+    assert "18 passed" in proc.stdout

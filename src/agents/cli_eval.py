@@ -200,6 +200,10 @@ def eval_command(
         failed = f", {r.row['failed']} failed" if r.row.get("failed") else ""
         err.print(f"  {r.agent:>9} / {r.retriever:<6} {scores}  ({r.seconds:.1f} s{failed}){usage}",
                   markup=False, highlight=False, soft_wrap=True)
+        shares = r.row.get("invalid_share") or {}
+        if shares:  # parse telemetry: which malformed turns, as shares of all turns
+            listed = ", ".join(f"{code} {share:.1%}" for code, share in shares.items())
+            err.print(f"  {'':>9}   invalid turns: {listed}", markup=False, highlight=False, soft_wrap=True)
 
     def say(line: str) -> None:  # progress per finished batch of an LLM agent's episodes
         err.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)

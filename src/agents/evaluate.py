@@ -23,6 +23,10 @@ Row columns (means over questions):
 ``sec_per_q``      wall-clock seconds per question (the whole batched run divided by n)
 =================  =====================================================================
 
+The row also has ``invalid_share`` (parse telemetry, in ``results.json``): the share of all turns
+of the run that were invalid, by code (``{"bad_json": 0.12, "no_action": 0.03}``; empty when
+every turn parsed), :func:`searchenv.protocols.invalid_share`.
+
 Episodes whose model request failed after its retries are not scored: ``n`` counts the finished
 ones, ``failed`` the others (listed in ``failures`` with the reason). With ``checkpoint_dir``,
 finished episodes are saved after every batch (:mod:`agents.episode_log`), and a run with the
@@ -47,6 +51,7 @@ from agents.reference import Agent, EpisodeRecord, make_agent, run_agent
 from searchenv.corpus import atomic_write_lines
 from searchenv.env import DEFAULT_MAX_DOC_CHARS, SearchQAEnv
 from searchenv.protocols import Protocol as ActionProtocol
+from searchenv.protocols import invalid_share
 from searchenv.retrievers.base import Retriever
 from searchenv.tasks.base import QAExample
 
@@ -105,9 +110,10 @@ def summarize(episodes: Sequence[EpisodeRecord], seconds: float) -> dict[str, An
         "answered": _mean([float(bool(x["answered"])) for x in m]),
         "return": _mean([float(x["return"]) for x in m]),
         "gen_tokens": _mean([float(x["generated_tokens"]) for x in m]),
-        "chars_read": _mean([float(sum(len(msg["content"]) for msg in e.messages if msg.get("role") == "tool"))
+        "chars_read": _mean([float(sum(len(msg["content"]) for msg in e.messages[2:] if msg.get("role") != "assistant"))
                              for e in episodes]),
         "sec_per_q": seconds / n,
+        "invalid_share": invalid_share(s.get("invalid_reason") for e in episodes for s in e.steps),
     }
 
 

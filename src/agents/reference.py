@@ -41,10 +41,11 @@ slot's ``<answer>``) encoded as one string; nothing generated is retokenized.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from agents.chat import chat_renderer, reply_text
 from agents.policies.base import ChatPolicy, Generation, GenerationError, Policy
 from searchenv.env import SearchQAEnv, search_or_error
 from searchenv.protocols import Protocol as ActionProtocol
@@ -563,16 +564,31 @@ class LLMAgent:
             ep.memory["text"] = []
             ep.memory["synced"] = 0
         text: list[str] = ep.memory["text"]
-        # Add what the environment said after turns we have not yet added.
-        for step in ep.steps[ep.memory["synced"] :]:
-            if step.info["new_text"]:
+        # Add what the environment said after turns we have not yet added (under ``tools``: the
+        # chat template's text around the tool message, as the rollout engine inserts it).
+        synced = ep.memory["synced"]
+        render = chat_renderer(policy) if ep.protocol.native_tools and len(ep.steps) > synced else None
+        for k, step in enumerate(ep.steps[synced:], start=synced):
+            if not step.info["new_text"]:
+                continue
+            if render is None:
                 text.append(step.info["new_text"])
+                continue
+            turn = _assistant_index(ep.messages, len(ep.steps) - k)
+            after = next((i for i in range(turn + 1, len(ep.messages)) if ep.messages[i]["role"] == "assistant"),
+                         len(ep.messages))
+            end, reply = reply_text(render, ep.messages[:after], turn, done=False)
+            tokenizer = getattr(policy, "tokenizer", None)
+            eos, eos_id = getattr(tokenizer, "eos_token", None), getattr(tokenizer, "eos_token_id", None)
+            if not text and ids and ids[-1] == eos_id and isinstance(eos, str) and end.startswith(eos):
+                end = end[len(eos):]  # the turn ended at the end-of-turn token, which its ids already hold
+            text.append(end + reply)
         ep.memory["synced"] = len(ep.steps)
         return ids, text
 
     def _scripted(self, ep: EpisodeState) -> str | None:
         if self.first_search and ep.turn == 0:
-            return f"<search> {ep.example.question} </search>"
+            return ep.protocol.from_tags(f"<search> {ep.example.question} </search>")
         return self.script(ep) if self.script is not None else None
 
     def _stop(self, episodes: Sequence[EpisodeState]) -> tuple[str, ...]:
@@ -630,7 +646,7 @@ class LLMAgent:
                 memory["text"] = []
                 text = prefix + gen.text
                 if self.answer_slot:
-                    text = close_answer(text)
+                    text = episodes[j].protocol.from_tags(close_answer(text))  # a call under tools
                 out[j] = Turn(text, gen.num_tokens)
         return [t if t is not None else Turn("", 0) for t in out]
 
@@ -650,15 +666,22 @@ class LLMAgent:
                 out[i] = Turn(scripted, 0)
                 continue
             todo.append(i)
-            conversations.append(chat_messages(ep.messages))
+            conversations.append(chat_messages(ep.messages, tools=ep.protocol.native_tools,
+                                               text_turns=ep.memory.get("text_turns", ()),
+                                               turn_texts=[s.text for s in ep.steps]))
         if todo:
+            protocol = episodes[todo[0]].protocol
+            # native tool calls: the protocol's tools, and no stop strings (a server's tool-call
+            # parser needs the call's closing markup; the server ends the turn after the call)
+            native = {"tools": protocol.tools} if protocol.native_tools else {}
             gens, failures = _generations_or_failures(lambda: policy.generate_chat(
                 conversations,
-                stop=self._stop(episodes),
+                stop=() if native else self._stop(episodes),
                 max_new_tokens=self.max_new_tokens,
                 temperature=self.temperature,
                 top_p=self.top_p,
                 seed=self._seeds(episodes, todo, seed),
+                **native,
             ))
             if len(gens) != len(conversations):
                 raise RuntimeError(f"policy returned {len(gens)} replies for {len(conversations)} conversations")
@@ -670,17 +693,58 @@ class LLMAgent:
                 if self.answer_slot:
                     start = text.find("<answer>")
                     text = close_answer(text[start:] if start >= 0 else "<answer>" + text)
+                    text = episodes[j].protocol.from_tags(text)  # the scaffold's answer as a call under tools
+                if protocol.native_tools and not gen.tool_calls:  # the server did not parse a call: a text turn
+                    episodes[j].memory.setdefault("text_turns", set()).add(episodes[j].turn)
                 out[j] = Turn(text, gen.num_tokens)
         return [t if t is not None else Turn("", 0) for t in out]
 
 
-def chat_messages(messages: Sequence[Mapping[str, str]]) -> list[dict[str, str]]:
-    """An episode's transcript as chat-API messages: the environment's ``tool`` replies become ``user`` turns.
+def chat_messages(messages: Sequence[Mapping[str, Any]], *, tools: bool = False, text_turns: Collection[int] = (),
+                  turn_texts: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """An episode's transcript as chat-API messages.
 
-    Chat APIs take a ``tool`` message only as the answer to a structured tool call, and the
-    protocols here are plain text, so the environment speaks as the user.
+    Chat APIs take a ``tool`` message only as the answer to a structured tool call: under the tag
+    protocols the environment's ``tool`` replies become ``user`` turns (the environment speaks as
+    the user); with ``tools`` (native tool calls) the messages are kept as the environment has
+    them (``tool_calls``, ``tool`` messages with ``tool_call_id``), except the turns in
+    ``text_turns``: the server gave those as text, not as parsed calls (it has no tool-call parser
+    for the model), so they go back as that text (``turn_texts[k]``) and their replies as ``user``
+    messages, as under the tag protocols. A chat template without tool markup would otherwise
+    render an assistant message of only ``tool_calls`` as an empty turn.
+
+    Args:
+        messages: The environment's messages.
+        tools: The protocol speaks native tool calls.
+        text_turns: Turn numbers (0-based) written as text by a server that parses no calls.
+        turn_texts: Each turn's text as sent to the environment.
     """
-    return [{"role": "user" if m["role"] == "tool" else m["role"], "content": m["content"]} for m in messages]
+    if not tools:
+        return [{"role": "user" if m["role"] == "tool" else m["role"], "content": m["content"]} for m in messages]
+    out: list[dict[str, Any]] = []
+    turn = -1
+    as_text = False
+    for m in messages:
+        if m["role"] == "assistant":
+            turn += 1
+            as_text = turn in text_turns and turn < len(turn_texts)
+            out.append({"role": "assistant", "content": turn_texts[turn]} if as_text else dict(m))
+        elif m["role"] == "tool" and as_text:
+            out.append({"role": "user", "content": m["content"]})
+        else:
+            out.append(dict(m))
+    return out
+
+
+def _assistant_index(messages: Sequence[Mapping[str, Any]], back: int) -> int:
+    """Index of the ``back``-th last ``assistant`` message (1: the last)."""
+    seen = 0
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i]["role"] == "assistant":
+            seen += 1
+            if seen == back:
+                return i
+    raise ValueError(f"the transcript has fewer than {back} assistant messages")
 
 
 def close_answer(text: str) -> str:

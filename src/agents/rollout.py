@@ -22,8 +22,13 @@ Episode layout (``completion_ids`` is everything after the prompt)::
     loss_mask:    1 1 1 1 1          0 0 0 0      1 1 1 1           0 0 ...
 
 The prompt is ``policy.chat_prompt_ids(env.messages()[:2])`` (system + user with the generation
-prompt). Environment text is ``policy.encode(info["new_text"])``. Rewards and reward terms are
-per turn; ``rewards[i]`` belongs to ``turn_spans[i]`` (put it on the token ``end - 1``).
+prompt). Environment text is ``policy.encode(info["new_text"])``; under a protocol of native tool
+calls (``tools``) it is the chat template's own text between the turns instead (the end of the
+assistant message, the ``tool`` reply as the template lays it out, the next generation prompt:
+:func:`agents.chat.reply_text`), so ``prompt_ids + completion_ids`` is the template's rendering of
+``env.messages()`` token for token when the turns are written as the template writes calls.
+Rewards and reward terms are per turn; ``rewards[i]`` belongs to ``turn_spans[i]`` (put it on the
+token ``end - 1``).
 
 Determinism: episode ``k`` samples turn ``t`` with its own seed derived from ``(seed, k, t)``,
 passed per prompt to ``generate``, so an episode's trajectory does not depend on which other
@@ -43,6 +48,7 @@ from typing import Any, overload
 import gymnasium as gym
 import numpy as np
 
+from agents.chat import chat_renderer, reply_ids, reply_text
 from agents.policies.base import Policy
 from searchenv.env import SearchQAEnv, StepRequest, search_or_error
 from searchenv.retrievers.base import Hit, Retriever
@@ -338,6 +344,7 @@ class RolloutEngine:
             raise TypeError("stop must be a sequence of strings, not one string")
         self.stop = tuple(stop) if stop is not None else tuple(self.envs[0].protocol.stop)
         self._hits: dict[int, list[list[Hit]] | Exception] = {}
+        self._render = chat_renderer(policy) if self.envs[0].protocol.native_tools else None
 
     def run(
         self, examples: Sequence[Example], *, group_size: int = 1, seed: int = 0, first_index: int = 0,
@@ -579,7 +586,13 @@ class RolloutEngine:
             return
         lv.request = None
         _, reward, terminated, truncated, info = lv.env.finish_step(request, self._hits.pop(id(lv), None))
-        new_ids = self.policy.encode(info["new_text"]) if info["new_text"] else []
+        if self._render is not None and info["new_text"]:  # native tool calls: the template's markup
+            messages = lv.env.messages()
+            turn = max(i for i, m in enumerate(messages) if m["role"] == "assistant")
+            end, reply = reply_text(self._render, messages, turn, done=bool(terminated or truncated))
+            new_ids = reply_ids(self.policy.encode, rec.generated_ids[-1], end, reply)
+        else:
+            new_ids = self.policy.encode(info["new_text"]) if info["new_text"] else []
         room = self._room(rec)
         out_of_tokens = not (terminated or truncated) and len(new_ids) >= room
         new_ids = new_ids[: max(0, room)]

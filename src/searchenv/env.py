@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -12,7 +13,7 @@ from typing import Any, SupportsFloat
 import gymnasium as gym
 
 from searchenv.metrics import exact_match, f1_score, gold_in_prediction, normalize_answer
-from searchenv.protocols import Action, Answer, Invalid, Open, Protocol, Search, get_protocol
+from searchenv.protocols import INVALID_CODES, Action, Answer, Invalid, Open, Protocol, Search, get_protocol
 from searchenv.refiners import Refiner, get_refiner
 from searchenv.retrievers.base import Hit, Retriever, RetrieverError
 from searchenv.rewards import Reward, StepContext, answer_admissible, get_reward, score_step
@@ -103,7 +104,8 @@ class SearchQAEnv(gym.Env[str, str]):
     At episode end also: ``answer`` (None if unanswered), ``gold_answers``, ``em``, ``f1``,
     ``contains``, ``evidence_recall`` (None when the example has no gold evidence) and
     ``episode`` (totals per term, return, searches, queries, duplicate queries, invalid turns,
-    em, f1, contains, evidence recall, answered, answer_admissible: whether the answer passed the
+    invalid turns by code (``invalid_reasons``), em, f1, contains, evidence recall, answered,
+    answer_admissible: whether the answer passed the
     reward's guard against over-long and multi-candidate answers; ``opens``, ``opened_doc_ids``,
     and ``cited_doc_ids``, None unless the answer had a citation block).
 
@@ -121,7 +123,11 @@ class SearchQAEnv(gym.Env[str, str]):
         ``<relevance>`` and reasons in ``<analysis>``; pair it with ``reward="arena"``),
         ``"browse"`` (a search shows titles and snippets; ``<open>N</open>`` reads shown document
         N in full, page by page; opens cost a turn and can be priced with ``cost``'s
-        ``per_open``), or a :class:`~searchenv.protocols.Protocol`.
+        ``per_open``), ``"tools"`` (native tool calls: ``search`` and ``answer`` as JSON-schema
+        tools, a turn is one Hermes/Qwen ``<tool_call>{...}</tool_call>`` or the JSON object
+        alone, results come back as ``tool`` messages with the call's id; :meth:`messages` is what
+        a tool-calling chat template renders), ``"tools-browse"`` (``tools`` with ``open``), or a
+        :class:`~searchenv.protocols.Protocol`.
     top_k: Documents returned per query.
     max_turns: Turn budget per episode.
     reward: See Rewards.
@@ -138,7 +144,8 @@ class SearchQAEnv(gym.Env[str, str]):
     render_mode: ``"ansi"`` (render returns the transcript) or ``"human"`` (prints it).
 
     ## Version history
-    v0: first release; ``refiner`` and the ``arena`` and ``browse`` protocols added later (the
+    v0: first release; ``refiner`` and the ``arena``, ``browse``, ``tools`` and ``tools-browse``
+    protocols added later (the
     defaults are unchanged, so v0 behaviour is too; the episode summary gained ``opens``,
     ``opened_doc_ids`` and ``cited_doc_ids``).
     """
@@ -241,7 +248,7 @@ class SearchQAEnv(gym.Env[str, str]):
                 f"(prompt {len(self._prompt)}), over max_question_chars={self.max_question_chars}"
             )
         self._parts: list[str] = [self._prompt]
-        self._messages: list[dict[str, str]] = [
+        self._messages: list[dict[str, Any]] = [
             {"role": "system", "content": self.protocol.system_prompt()},
             {"role": "user", "content": self.protocol.user_prompt(self._example.question)},
         ]
@@ -250,6 +257,7 @@ class SearchQAEnv(gym.Env[str, str]):
         self._num_queries = 0
         self._duplicate_queries = 0
         self._invalid_turns = 0
+        self._invalid_reasons: dict[str, int] = {}
         self._infra_errors = 0
         self._queries_seen: set[str] = set()
         self._retrieved: list[str] = []
@@ -314,6 +322,8 @@ class SearchQAEnv(gym.Env[str, str]):
         parsed = self.protocol.parse(action)
         if isinstance(parsed, Open):
             parsed = self._check_open(parsed)
+        if parsed.call is not None and not parsed.call.id:  # a call without an id of its own is named by its turn
+            parsed = replace(parsed, call=replace(parsed.call, id=f"call_{self._turn + 1}"))
         queries = parsed.queries if isinstance(parsed, Search) else ()
         self._pending = StepRequest(action, parsed, queries)
         return self._pending
@@ -323,11 +333,13 @@ class SearchQAEnv(gym.Env[str, str]):
         shown = len(self._numbered)
         if not 1 <= action.number <= shown:
             where = f"open one of Doc 1-{shown}" if shown else "nothing was shown yet; search first"
-            return Invalid(Invalid.UNKNOWN_DOCUMENT, f"Doc {action.number} was not shown in this episode; {where}.")
+            return Invalid(Invalid.UNKNOWN_DOCUMENT, f"Doc {action.number} was not shown in this episode; {where}.",
+                           action.call)
         pages = len(self.protocol.paginate(self._numbered[action.number - 1].text))
         if action.page > pages:
             return Invalid(
-                Invalid.PAGE_OUT_OF_RANGE, f"Doc {action.number} has {pages} page{'s' if pages > 1 else ''}."
+                Invalid.PAGE_OUT_OF_RANGE, f"Doc {action.number} has {pages} page{'s' if pages > 1 else ''}.",
+                action.call,
             )
         return action
 
@@ -400,6 +412,7 @@ class SearchQAEnv(gym.Env[str, str]):
             opened = {"doc_id": doc.doc_id, "number": action.number, "page": action.page, "pages": len(pages)}
         elif isinstance(action, Invalid):
             self._invalid_turns += 1
+            self._invalid_reasons[action.code] = self._invalid_reasons.get(action.code, 0) + 1
             new_text = self.protocol.render_invalid(action)
         else:
             new_text = ""
@@ -457,9 +470,7 @@ class SearchQAEnv(gym.Env[str, str]):
         turn_text = _bounded(request.text, self._turn_bound)
         new_text = _bounded(new_text, self._info_bound)
         self._parts.append(turn_text + new_text)
-        self._messages.append({"role": "assistant", "content": turn_text})
-        if new_text:
-            self._messages.append({"role": "tool", "content": new_text.strip()})
+        self._messages.extend(self.protocol.turn_messages(turn_text, action, new_text))
         self._done = terminated or truncated
 
         info: dict[str, Any] = {
@@ -567,6 +578,7 @@ class SearchQAEnv(gym.Env[str, str]):
                 "queries": self._num_queries,
                 "duplicate_queries": self._duplicate_queries,
                 "invalid_turns": self._invalid_turns,
+                "invalid_reasons": dict(self._invalid_reasons),
                 "infra_errors": self._infra_errors,
                 "retrieved_doc_ids": list(self._retrieved),
                 "opens": self._num_opens,
@@ -594,9 +606,15 @@ class SearchQAEnv(gym.Env[str, str]):
         """The transcript so far (the observation)."""
         return "".join(self._parts) if self._example is not None else ""
 
-    def messages(self) -> list[dict[str, str]]:
-        """The transcript as chat messages: system, user, then assistant / tool turns."""
-        return [dict(m) for m in self._messages] if self._example is not None else []
+    def messages(self) -> list[dict[str, Any]]:
+        """The transcript as chat messages: system, user, then assistant / tool turns.
+
+        Under the ``tools`` protocols these are what a tool-calling chat template renders: an
+        ``assistant`` message has its reasoning as ``content`` and its call in ``tool_calls``, and
+        the result is a ``tool`` message with ``tool_call_id`` and ``name``
+        (:meth:`~searchenv.protocols.ToolsProtocol.turn_messages`).
+        """
+        return [copy.deepcopy(m) for m in self._messages] if self._example is not None else []
 
     def render(self) -> str | None:
         """``ansi``: return the transcript; ``human``: print it with role labels."""
@@ -604,7 +622,9 @@ class SearchQAEnv(gym.Env[str, str]):
             return self.transcript
         if self.render_mode == "human":
             for m in self.messages():
-                print(f"[{m['role']}]\n{m['content']}\n")
+                calls = "".join(f"\n-> {c['function']['name']}({c['function']['arguments']})"
+                                for c in m.get("tool_calls") or ())
+                print(f"[{m['role']}]\n{m['content']}{calls}\n")
         return None
 
 
@@ -617,8 +637,10 @@ def episode_metrics(final_info: Mapping[str, Any]) -> dict[str, float]:
     Returns:
         ``em``, ``f1``, ``contains``, ``searches``, ``queries``, ``duplicate_queries``, ``turns``,
         ``invalid_turns``, ``infra_errors``, ``answered`` and ``answer_admissible`` (0/1),
-        ``return``, ``evidence_recall`` (only when the example has gold evidence) and
-        ``reward/<term>`` per reward term: every value a float.
+        ``return``, ``evidence_recall`` (only when the example has gold evidence),
+        ``reward/<term>`` per reward term, and parse telemetry ``invalid/<code>`` for every code
+        of :data:`~searchenv.protocols.INVALID_CODES` (the share of the episode's turns with that
+        code, 0 for most): every value a float.
 
     Raises:
         KeyError: If ``final_info`` is not a final info (it has no ``episode``).
@@ -634,6 +656,10 @@ def episode_metrics(final_info: Mapping[str, Any]) -> dict[str, float]:
         out["evidence_recall"] = float(ep["evidence_recall"])
     for term, value in ep["reward_totals"].items():
         out[f"reward/{term}"] = float(value)
+    reasons = ep.get("invalid_reasons") or {}
+    turns = max(1, int(ep["turns"]))
+    for code in INVALID_CODES:
+        out[f"invalid/{code}"] = float(reasons.get(code, 0)) / turns
     return out
 
 

@@ -384,7 +384,9 @@ def search_r1_turn_valid(ctx: StepContext) -> bool:
     Search-R1's ``is_valid_sequence`` accepts ``<think>..</think>`` followed by one
     ``<search>..</search>`` or ``<answer>..</answer>``, with exact lower-case tags, no tag inside
     another, and only whitespace outside the tags. Here a turn must also parse as a search or an
-    answer (not an :class:`~searchenv.protocols.Invalid` turn).
+    answer (not an :class:`~searchenv.protocols.Invalid` turn). Under ``tools`` a turn that
+    parses as a call is well-formed (the protocol's parser already holds it to one call and
+    nothing after it).
 
     Args:
         ctx: The step.
@@ -394,6 +396,8 @@ def search_r1_turn_valid(ctx: StepContext) -> bool:
     """
     if isinstance(ctx.action, Invalid):
         return False
+    if ctx.action.call is not None:  # a native tool call (``tools``): the call is the turn's whole shape
+        return True
     return _SEARCH_R1_TURN.fullmatch(ctx.text) is not None
 
 
@@ -725,8 +729,8 @@ class ReSearchReward:
     def score(self, ctx: StepContext) -> RewardResult:
         """Score one step (all zero until the episode ends)."""
         ok = not isinstance(ctx.action, Invalid)
-        if ctx.turn == 1 and not ctx.text.lstrip().startswith("<think>"):
-            ok = False
+        if ctx.turn == 1 and ctx.action.call is None and not ctx.text.lstrip().startswith("<think>"):
+            ok = False  # a tool call (``tools``) reasons in free text before the call
         signals = {"format_ok": float(ok)}
         terms = _zeros(self.TERM_NAMES)
         if not ctx.done:

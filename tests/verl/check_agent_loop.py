@@ -8,6 +8,7 @@ one that plays search-then-answer from the token ids it is given.
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -153,6 +154,37 @@ def test_browse_opens_run_through_the_loop_masked_out(index: str) -> None:
     assert metrics["opens"] == 1.0 and metrics["em"] == 1.0 and out.num_turns == 6
     env_text = tokenizer.decode([t for t, m in zip(out.response_ids, out.response_mask, strict=True) if m == 0])
     assert "page 1 of 1" in env_text  # the opened page is environment text
+
+
+class ToolsServer(ScriptedServer):
+    """Plays search-then-answer as Hermes/Qwen tool calls (``protocol="tools"``)."""
+
+    async def generate(self, *, request_id: str, prompt_ids: list[int], sampling_params: dict[str, Any],
+                       **kwargs: Any) -> TokenOutput:
+        self.requests.append({"prompt_ids": list(prompt_ids), "sampling_params": dict(sampling_params)})
+        seen = self.tokenizer.decode(prompt_ids).count("<tool_response>")
+        call = {"name": "search", "arguments": {"query": TOBIN.question}} if seen == 0 else \
+            {"name": "answer", "arguments": {"answer": "Karsk"}}
+        text = f"<tool_call>\n{json.dumps(call)}\n</tool_call>"
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        return TokenOutput(token_ids=ids, log_probs=[-0.25] * len(ids))
+
+
+def test_tool_calls_run_through_the_loop_with_the_templates_markup(index: str) -> None:
+    from tests.tiny_model import TOOLS_CHAT_TEMPLATE
+
+    tokenizer = build_tiny_tokenizer()
+    tokenizer.chat_template = TOOLS_CHAT_TEMPLATE
+    server = ToolsServer(tokenizer)
+    loop = _loop(index, tokenizer, server, protocol="tools")
+    [row] = task_rows([TOBIN], data_source="searchenv/test", split="train")
+    out = _run(loop, {"temperature": 1.0}, row)
+    assert server.requests[0]["sampling_params"]["stop"] == ["</tool_call>"]
+    assert out.extra_fields["searchenv_metrics"]["em"] == 1.0
+    env_text = tokenizer.decode([t for t, m in zip(out.response_ids, out.response_mask, strict=True) if m == 0],
+                                skip_special_tokens=False)
+    assert env_text.startswith("<|im_end|>\n<|im_start|>user\n<tool_response>\nDoc 1(Title: Tobin Quenn)")
+    assert env_text.endswith("</tool_response><|im_end|>\n<|im_start|>assistant\n")
 
 
 class LockstepServer(ScriptedServer):

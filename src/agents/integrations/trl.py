@@ -269,8 +269,10 @@ def _refuse_unsupported_sampling(trainer: Any) -> None:
         "repetition_penalty": getattr(trainer, "repetition_penalty", 1.0),
         "generation_kwargs": getattr(args, "generation_kwargs", None),
     }
-    neutral = {"top_k": (None, 0, -1), "min_p": (None, 0, 0.0), "repetition_penalty": (None, 1, 1.0),
-               "generation_kwargs": (None, {})}
+    neutral: dict[str, tuple[Any, ...]] = {
+        "top_k": (None, 0, -1), "min_p": (None, 0, 0.0), "repetition_penalty": (None, 1, 1.0),
+        "generation_kwargs": (None, {}),
+    }
     set_ = {k: v for k, v in settings.items() if v not in neutral[k]}
     if set_:
         given = ", ".join(f"{k}={v!r}" for k, v in set_.items())
@@ -491,7 +493,8 @@ class SearchQAToolEnv:
         shared = {k: v for k, v in env_kwargs.items() if k != "corpus"}
         shared["retriever"] = template.retriever  # opened once; every instance searches it
         if cls is SearchQAToolEnv:  # the tools follow the protocol (TRL offers a class's public methods)
-            cls = {"browse": SearchQABrowseToolEnv, "arena": SearchQAArenaToolEnv}.get(template.protocol.name, cls)
+            cls = {"browse": SearchQABrowseToolEnv, "tools-browse": SearchQABrowseToolEnv,
+                   "arena": SearchQAArenaToolEnv}.get(template.protocol.name, cls)
         return _ToolEnvFactory(cls, template.examples, shared)
 
     def reset(self, **row: Any) -> str | None:
@@ -512,7 +515,8 @@ class SearchQAToolEnv:
         return None
 
     def _turn(self, text: str) -> dict[str, Any]:
-        _, reward, terminated, truncated, info = self._env.step(text)
+        # a tag turn, said in the environment's protocol (under ``tools`` the same call as TRL's)
+        _, reward, terminated, truncated, info = self._env.step(self._env.protocol.from_tags(text))
         self._return += float(reward)
         if terminated or truncated:
             self._done, self._final = True, info
@@ -530,7 +534,7 @@ class SearchQAToolEnv:
         if self._done:
             return "The episode is over; no more searches."
         info = self._turn(f"<search> {query} </search>")
-        text = str(info["new_text"]).strip()
+        text = _reply(info)
         return text if not self._done else text + "\nThe turn budget is spent; the episode is over."
 
     def answer(self, answer: str) -> str:
@@ -563,6 +567,12 @@ class SearchQAToolEnv:
         return episode_metrics(self._final) if self._final is not None else {}
 
 
+def _reply(info: Mapping[str, Any]) -> str:
+    """A step's reply as a tool's return value (without the ``<tool_response>`` tags of ``tools``: TRL adds its own)."""
+    text = str(info["new_text"]).strip()
+    return text.removeprefix("<tool_response>").removesuffix("</tool_response>").strip()
+
+
 class SearchQABrowseToolEnv(SearchQAToolEnv):
     """:class:`SearchQAToolEnv` for ``protocol="browse"``: ``search`` shows snippets, ``open`` reads a document."""
 
@@ -579,7 +589,7 @@ class SearchQABrowseToolEnv(SearchQAToolEnv):
         if self._done:
             return "The episode is over; nothing more can be opened."
         info = self._turn(f"<open> {number} page {page} </open>")
-        text = str(info["new_text"]).strip()
+        text = _reply(info)
         return text if not self._done else text + "\nThe turn budget is spent; the episode is over."
 
 

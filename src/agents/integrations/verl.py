@@ -16,7 +16,10 @@ verl's agent loop workers instantiate the loop per sample and call ``run(samplin
    every episode in its batch. ``batch_searches: false`` searches each episode on its own, in a
    worker thread except for an in-memory BM25 index (``search_in_thread`` overrides);
 3. append the generated ids as generated (``response_mask`` 1, their log-probs) and the
-   environment's reply encoded once (``response_mask`` 0, log-prob 0).
+   environment's reply encoded once (``response_mask`` 0, log-prob 0); under ``tools`` the reply
+   is the chat template's own text between the turns (the end of the assistant message, the
+   ``tool`` message, the next generation prompt: :func:`agents.chat.reply_text`), as in the
+   rollout engine.
 
 The output's ``reward_score`` is the episode return under the reward preset (verl then skips its
 own reward function for these samples and puts the score on the last response token: verl 0.9.1
@@ -56,6 +59,7 @@ from uuid import uuid4
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
+from agents.chat import reply_ids, reply_text, template_renderer
 from searchenv.env import SearchQAEnv, episode_metrics, search_or_error
 from searchenv.envpool import EnvPool
 from searchenv.retrievers.base import Hit
@@ -197,6 +201,7 @@ class SearchQAAgentLoop(AgentLoopBase):
         env.reset(options={"example": example})
         prompt_ids = list(await self.ct_build_initial_tokens(env.messages()[:2]))
         stop = tuple(env.protocol.stop)
+        render = template_renderer(self.tokenizer) if env.protocol.native_tools else None
         in_thread = not self.batch_searches and self._in_thread(env)  # only for ungathered searches
         response_ids: list[int] = []
         response_mask: list[int] = []
@@ -244,7 +249,13 @@ class SearchQAAgentLoop(AgentLoopBase):
                 break
             # encoded on verl's worker threads, as verl's own loops tokenize (the tokenizer releases the GIL,
             # so the other episodes go on meanwhile): a reply of three passages is about 0.2 ms of encoding
-            env_ids = await loop.run_in_executor(None, self._encode, info["new_text"]) if info["new_text"] else []
+            if render is not None and info["new_text"]:  # tools: the template's markup around the tool message
+                messages = env.messages()
+                turn = max(i for i, m in enumerate(messages) if m["role"] == "assistant")
+                end, reply = reply_text(render, messages, turn, done=False)
+                env_ids = await loop.run_in_executor(None, reply_ids, self._encode, ids, end, reply)
+            else:
+                env_ids = await loop.run_in_executor(None, self._encode, info["new_text"]) if info["new_text"] else []
             response_ids += env_ids
             response_mask += [0] * len(env_ids)
             logprobs += [0.0] * len(env_ids)

@@ -20,6 +20,8 @@ class Generation:
         n_tokens: Tokens generated as the backend counted them, when ``token_ids`` are not the
             sampled ids (a served model: ``token_ids`` are then the text re-encoded, or empty);
             None when ``token_ids`` are exact.
+        tool_calls: The server returned the turn as structured ``tool_calls`` (a chat API asked
+            with ``tools``; ``text`` is then their rendering as the ``tools`` protocol's text).
     """
 
     text: str
@@ -27,6 +29,7 @@ class Generation:
     logprobs: tuple[float, ...] | None
     finish_reason: str
     n_tokens: int | None = None
+    tool_calls: bool = False
 
     @property
     def num_tokens(self) -> int:
@@ -124,20 +127,27 @@ class ChatPolicy(Protocol):
     """A model reached only through chat messages (a chat-completions API): no token ids.
 
     Agents give it the conversation as messages (``system``, ``user``, then ``assistant`` turns
-    and the environment's replies as ``user`` messages) instead of a token-id context.
+    and the environment's replies as ``user`` messages; under ``tools``, calls and ``tool``
+    messages) instead of a token-id context.
     """
 
     def generate_chat(
         self,
-        conversations: Sequence[Sequence[Mapping[str, str]]],
+        conversations: Sequence[Sequence[Mapping[str, Any]]],
         *,
         stop: Sequence[str] = (),
         max_new_tokens: int = 256,
         temperature: float = 1.0,
         top_p: float = 1.0,
         seed: int | Sequence[int] | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
     ) -> list[Generation]:
-        """Generate the next assistant message of every conversation (arguments as :meth:`Policy.generate`)."""
+        """Generate the next assistant message of every conversation (arguments as :meth:`Policy.generate`).
+
+        ``tools`` (OpenAI function definitions) asks for native tool calls: the conversations then
+        hold ``tool_calls`` and ``tool`` messages, and a reply's calls come back as the ``tools``
+        protocol's text.
+        """
         ...
 
 

@@ -18,7 +18,11 @@ Two classes, one per API:
     (system, user, each assistant turn, and each environment reply as a ``user`` message) and
     the server applies its chat template. No tokenizer is needed, so it also reaches hosted
     models; it cannot continue a prefix, so answer-slot agents (``direct``, ``rag``) ask for
-    the answer instead of opening ``<answer>`` themselves.
+    the answer instead of opening ``<answer>`` themselves. Under the ``tools`` protocol it is a
+    native tool caller: it sends the protocol's tools (``tools=``), the episode's calls as
+    ``tool_calls`` and the results as ``tool`` messages with their ``tool_call_id``, and turns
+    the ``tool_calls`` of the reply back into the protocol's text, the server's call ids kept
+    (:func:`searchenv.protocols.tool_turn_text`).
 
 Both send the protocol's stop strings, one request per prompt with at most ``max_concurrency``
 in flight, each with a per-request seed (reproducible where the server honours ``seed``) and a
@@ -44,6 +48,7 @@ What a served model gives differs from an in-process one (:class:`~agents.polici
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -54,6 +59,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from agents.policies.base import Generation, GenerationError, chat_template_ids, check_sampling, request_seeds
+from searchenv.protocols import tool_turn_text
 
 #: Environment variable read for the API key when none is given.
 API_KEY_ENV = "OPENAI_API_KEY"
@@ -257,7 +263,9 @@ class _OpenAIBase:
                 if finish == "eos" and isinstance(eos, int):
                     ids += (eos,)  # as an in-process model reports it: the sampled end-of-sequence token
             n_tokens = count if isinstance(count, int) and not isinstance(count, bool) else len(ids)
-            return Generation(text, ids, None, finish, n_tokens)
+            message = choice.get("message")
+            calls = bool(isinstance(message, dict) and message.get("tool_calls"))
+            return Generation(text, ids, None, finish, n_tokens, tool_calls=calls)
 
         def attempt(body: dict[str, Any]) -> Generation | ModelServerError:
             try:
@@ -410,18 +418,32 @@ class OpenAIChatPolicy(_OpenAIBase):
 
     def generate_chat(
         self,
-        conversations: Sequence[Sequence[Mapping[str, str]]],
+        conversations: Sequence[Sequence[Mapping[str, Any]]],
         *,
         stop: Sequence[str] = (),
         max_new_tokens: int = 256,
         temperature: float = 1.0,
         top_p: float = 1.0,
         seed: int | Sequence[int] | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
     ) -> list[Generation]:
         """The next assistant message of every conversation, one request each.
 
+        Args:
+            conversations: Messages: ``{"role": "system"/"user"/"assistant", "content": str}``; with
+                ``tools`` also assistant messages with ``tool_calls`` (arguments as an object or a
+                JSON string) and ``{"role": "tool", "tool_call_id": str, "content": str}``.
+            stop: As for :meth:`~agents.policies.base.Policy.generate` (leave it empty with
+                ``tools``: a server's tool-call parser needs the call's closing markup).
+            max_new_tokens: As for :meth:`~agents.policies.base.Policy.generate`.
+            temperature: As for :meth:`~agents.policies.base.Policy.generate`.
+            top_p: As for :meth:`~agents.policies.base.Policy.generate`.
+            seed: As for :meth:`~agents.policies.base.Policy.generate`.
+            tools: OpenAI function definitions sent as ``tools`` (native tool calling); a reply's
+                ``tool_calls`` come back as text (:func:`searchenv.protocols.tool_turn_text`).
+
         Raises:
-            ValueError: If a message is not ``{"role": ..., "content": str}``.
+            ValueError: If a message is not one of those shapes.
             ModelRequestsError: If a request fails after its retries (a :class:`ModelServerError` whose
                 message says why, and a :class:`~agents.policies.base.GenerationError` holding the
                 generations of the requests that did not fail).
@@ -430,21 +452,44 @@ class OpenAIChatPolicy(_OpenAIBase):
         if not conversations:
             return []
         seeds = request_seeds(seed, len(conversations))
-        all_messages = []
-        for c, conv in enumerate(conversations):
-            messages = []
-            for m, msg in enumerate(conv):
-                if not isinstance(msg, Mapping) or not isinstance(msg.get("content"), str) or \
-                        msg.get("role") not in ("system", "user", "assistant"):
-                    raise ValueError(f"conversation {c} message {m}: expected role system/user/assistant and "
-                                     f"string content, got {str(msg)[:100]}")
-                messages.append({"role": msg["role"], "content": msg["content"]})
-            all_messages.append(messages)
+        all_messages = [[_api_message(msg, c, m, tools is not None) for m, msg in enumerate(conv)]
+                        for c, conv in enumerate(conversations)]
         try:
             common = {**self._sampling(max_new_tokens, temperature, top_p, stop), **self.extra_body}
         except ModelServerError as exc:
             raise _all_failed(exc, len(conversations)) from None
+        if tools is not None:
+            common["tools"] = [dict(t) for t in tools]
         return self._run(_bodies(common, "messages", all_messages, seeds), _chat_text, stop)
+
+
+def _api_message(msg: Any, c: int, m: int, tools: bool) -> dict[str, Any]:
+    """One message as the chat API takes it (tool calls' arguments as JSON strings); raises ValueError naming it."""
+    where = f"conversation {c} message {m}"
+    if not isinstance(msg, Mapping):
+        raise ValueError(f"{where}: expected a message object, got {str(msg)[:100]}")
+    role, content = msg.get("role"), msg.get("content")
+    if tools and role == "tool":
+        if not isinstance(msg.get("tool_call_id"), str) or not isinstance(content, str):
+            raise ValueError(f"{where}: a tool message needs string 'tool_call_id' and 'content', got {str(msg)[:100]}")
+        return {"role": "tool", "tool_call_id": msg["tool_call_id"], "content": content}
+    if role not in ("system", "user", "assistant") or not isinstance(content, str):
+        kinds = "system/user/assistant (tool with tools=)" if not tools else "system/user/assistant/tool"
+        raise ValueError(f"{where}: expected role {kinds} and string content, got {str(msg)[:100]}")
+    out: dict[str, Any] = {"role": role, "content": content}
+    calls = msg.get("tool_calls")
+    if tools and role == "assistant" and calls:
+        out["tool_calls"] = []
+        for call in calls:
+            fn = call.get("function") if isinstance(call, Mapping) else None
+            if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
+                raise ValueError(f"{where}: a tool call needs a 'function' with a 'name', got {str(call)[:100]}")
+            args = fn.get("arguments", {})
+            text = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+            out["tool_calls"].append({"id": str(call.get("id", "")), "type": "function",
+                                      "function": {"name": fn["name"], "arguments": text}})
+    return out
+
 
 
 def _requests_error(first: ModelServerError, count: int, results: Sequence[Generation | None],
@@ -483,6 +528,10 @@ def _completion_text(choice: dict[str, Any]) -> str:
 
 def _chat_text(choice: dict[str, Any]) -> str:
     message = choice.get("message")
+    calls = message.get("tool_calls") if isinstance(message, dict) else None
+    if calls and isinstance(calls, list):  # native tool calls: said as the tools protocol's text (finish "eos")
+        content = message.get("content")  # type: ignore[union-attr]
+        return tool_turn_text(content if isinstance(content, str) else "", calls, ids=True)
     content = message.get("content") if isinstance(message, dict) else None
     if content is None and isinstance(message, dict) and message.get("role") == "assistant":
         return ""  # an empty reply (some servers send null content)

@@ -39,7 +39,10 @@ document of it was *opened* (the oracle opens the hop's shown evidence after eac
 its demonstrations teach opening), and the heuristic opens the top new hit of each search
 before it reads; with ``arena`` the final turn cites documents by their episode numbers
 (the oracle cites the gold evidence it was shown; the heuristic the documents that mention
-its answer) and moves its reasoning into ``<analysis>``.
+its answer) and moves its reasoning into ``<analysis>``. Under ``tools`` (and ``tools-browse``)
+each tag turn is said as a tool call (:meth:`~searchenv.protocols.Protocol.from_tags`: the
+``<think>`` text, then ``<tool_call>{"name": "search", ...}</tool_call>``), so the oracle's
+demonstrations teach the calls.
 """
 
 from __future__ import annotations
@@ -180,8 +183,8 @@ class _ScriptedAgent:
         return protocol
 
     def act(self, episodes: Sequence[EpisodeState], *, seed: int) -> list[Turn]:
-        """One turn per episode."""
-        return [Turn(self.turn(ep)) for ep in episodes]
+        """One turn per episode, in the episode's protocol (tag turns become tool calls under ``tools``)."""
+        return [Turn(ep.protocol.from_tags(self.turn(ep))) for ep in episodes]
 
     def turn(self, ep: EpisodeState) -> str:
         """The next turn for one episode."""

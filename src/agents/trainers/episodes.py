@@ -9,6 +9,7 @@ from typing import Any
 from agents.trainers.config import TrainConfig
 from agents.trainers.metrics import Timer, stats
 from agents.trainers.samples import Sample
+from searchenv.protocols import invalid_share
 
 
 @dataclass
@@ -40,7 +41,11 @@ class Episode:
 
 
 def episode_metrics(episodes: Sequence[Episode]) -> dict[str, Any]:
-    """Per-step rollout metrics: reward mean/std (total and per term), EM, searches, lengths."""
+    """Per-step rollout metrics: reward mean/std (total and per term), EM, searches, lengths.
+
+    ``invalid_share`` is parse telemetry: the share of the step's turns that were invalid, by code
+    (:func:`searchenv.protocols.invalid_share`; empty when every turn parsed).
+    """
     returns = [e.sample.extras["return"] for e in episodes]
     mean, std = stats(returns)
     terms: dict[str, dict[str, float]] = {}
@@ -56,6 +61,8 @@ def episode_metrics(episodes: Sequence[Episode]) -> dict[str, Any]:
         "searches": stats([float(e.searches) for e in episodes])[0],
         "answered": stats([float(e.answered) for e in episodes])[0],
         "response_tokens": stats([float(e.response_tokens) for e in episodes])[0],
+        "invalid_share": invalid_share(
+            info.get("invalid_reason") for e in episodes if e.record is not None for info in e.record.step_infos),
     }
 
 

@@ -79,7 +79,10 @@ def messages_to_sample(policy: Any, messages: Sequence[Mapping[str, str]]) -> Sa
     r"""Lay a transcript out as a rollout would see it; train on assistant turns only.
 
     ``messages`` is system, user, then alternating assistant / tool messages. The environment's
-    replies are shown as ``"\n\n" + content + "\n\n"`` (how every protocol renders them).
+    replies are shown as ``"\n\n" + content + "\n\n"`` (how every tag protocol renders them).
+    A ``tools`` transcript (assistant ``tool_calls``, ``tool`` messages with ``tool_call_id``) is
+    laid out as the rollout engine lays it out: each turn as the call's text, the replies as the
+    chat template's own markup (:func:`agents.chat.reply_text`).
 
     Args:
         policy: Anything with ``chat_prompt_ids`` and ``encode``.
@@ -93,6 +96,8 @@ def messages_to_sample(policy: Any, messages: Sequence[Mapping[str, str]]) -> Sa
     """
     if len(messages) < 3 or [m["role"] for m in messages[:2]] != ["system", "user"]:
         raise ValueError("a transcript must start with system and user messages and hold a turn")
+    if any(m.get("tool_calls") or m.get("tool_call_id") for m in messages[2:]):
+        return _tool_call_sample(policy, messages)
     ids = list(policy.chat_prompt_ids([dict(m) for m in messages[:2]]))
     mask = [0] * len(ids)
     for m in messages[2:]:
@@ -106,6 +111,44 @@ def messages_to_sample(policy: Any, messages: Sequence[Mapping[str, str]]) -> Sa
             mask += [0] * len(toks)
         else:
             raise ValueError(f"unexpected role {m['role']!r} after the prompt")
+    return Sample(ids, mask)
+
+
+def _tool_call_sample(policy: Any, messages: Sequence[Mapping[str, Any]]) -> Sample:
+    """A ``tools`` transcript as the rollout engine lays it out (:mod:`agents.chat`).
+
+    Each assistant turn is its text as a Hermes/Qwen template writes it
+    (:func:`~searchenv.protocols.tool_turn_text`: the reasoning, then the call), trained on; the
+    replies after it are the chat template's own text (the end of the assistant message, the
+    ``tool`` or ``user`` messages, the next generation prompt), masked out.
+
+    Raises:
+        ValueError: If a reply comes before any turn.
+    """
+    from agents.chat import chat_renderer, reply_text
+    from searchenv.protocols import tool_turn_text
+
+    render = chat_renderer(policy)
+    ids = list(policy.chat_prompt_ids([dict(m) for m in messages[:2]]))
+    mask = [0] * len(ids)
+    i = 2
+    while i < len(messages):
+        m = messages[i]
+        if m["role"] != "assistant":
+            raise ValueError(f"unexpected role {m['role']!r} before the first assistant turn (message {i})")
+        calls = m.get("tool_calls")
+        toks = list(policy.encode(tool_turn_text(m.get("content") or "", calls) if calls else m["content"]))
+        ids += toks
+        mask += [1] * len(toks)
+        j = i + 1
+        while j < len(messages) and messages[j]["role"] != "assistant":
+            j += 1
+        if j > i + 1:
+            end, reply = reply_text(render, messages[:j], i, done=j == len(messages))
+            toks = list(policy.encode(end)) + list(policy.encode(reply))
+            ids += toks
+            mask += [0] * len(toks)
+        i = j
     return Sample(ids, mask)
 
 

@@ -28,7 +28,9 @@ overrides the config's.
 
 ``init`` returns the protocol's own system and user messages for the question (the instructions
 must match what the environment parses); each ``step`` returns the environment's reply as a
-``user`` message, the step's shaped reward, ``done`` when the agent answered or ran out of turns,
+``user`` message (under ``tools``: the ``tool`` message with the call's id, or a ``user``
+message after a turn with no readable call, as :meth:`SearchQAEnv.messages` has them), the
+step's shaped reward, ``done`` when the agent answered or ran out of turns,
 and as ``metadata`` the step's ``info`` (action type, queries, document ids, reward terms and, at
 the end, the answer, EM, F1 and the episode summary).
 :meth:`~SearchQASkyRLEnv.get_metrics` gives :func:`searchenv.env.episode_metrics`, which SkyRL
@@ -161,11 +163,14 @@ class SearchQASkyRLEnv(BaseTextEnv):
         env = self.env
         if env is None:
             raise RuntimeError("this environment was closed")
+        before = len(env.messages()) if env.protocol.native_tools else 0
         _, reward, terminated, truncated, info = env.step(action)
         done = bool(terminated or truncated)
         if done:
             self.final_info = info
             observations = []
+        elif env.protocol.native_tools:  # the tool message answering the call (SkyRL's template renders it)
+            observations = env.messages()[before + 1 :]
         else:
             text = info["new_text"]
             observations = [{"role": "user", "content": text}] if text else []

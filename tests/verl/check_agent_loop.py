@@ -176,7 +176,7 @@ def test_tool_calls_run_through_the_loop_with_the_templates_markup(index: str) -
     tokenizer = build_tiny_tokenizer()
     tokenizer.chat_template = TOOLS_CHAT_TEMPLATE
     server = ToolsServer(tokenizer)
-    loop = _loop(index, tokenizer, server, protocol="tools")
+    loop = _loop(index, tokenizer, server, protocol="tools", max_new_tokens=160)  # a whole call in one turn
     [row] = task_rows([TOBIN], data_source="searchenv/test", split="train")
     out = _run(loop, {"temperature": 1.0}, row)
     assert server.requests[0]["sampling_params"]["stop"] == ["</tool_call>"]

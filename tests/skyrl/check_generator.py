@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
-import socket
 import subprocess
 import sys
 import time
@@ -29,12 +27,11 @@ from typing import Any
 
 import pytest
 from skyrl.backends.skyrl_train.inference_servers.base import InferenceEngineInterface
-from tests.conftest import DOCS, EXAMPLES
+from tests.conftest import EXAMPLES
+from tests.doc_blocks import bash_commands, free_port, scratch_task
 from tests.tiny_model import build_tiny_tokenizer
 
 from agents.integrations.skyrl import SearchQAEnvConfig, config_classes, parse, parse_command_line
-from searchenv.retrievers.bm25 import BM25Retriever
-from searchenv.tasks.base import write_qa_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -42,31 +39,16 @@ BIN = Path(sys.executable).parent
 
 def skyrl_block() -> list[str]:
     """The commands of the ``bash`` block in docs/engines.md's SkyRL section (continuations joined, comments cut)."""
-    text = (ROOT / "docs" / "engines.md").read_text(encoding="utf-8")
-    section = text.split("\n## SkyRL\n", 1)[1].split("\n## ", 1)[0]
-    block = re.search(r"```bash\n(.*?)```", section, re.S)
-    if block is None:
-        raise ValueError("docs/engines.md's SkyRL section has no bash block")
-    joined = block.group(1).replace("\\\n", " ")
-    return [re.sub(r"\s+#[^'\"]*$", "", line).strip() for line in joined.splitlines() if line.strip()]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return bash_commands("SkyRL", comment=r"\s+#[^'\"]*$")
 
 
 @pytest.fixture(scope="module")
 def launched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """The docs' commands run in a scratch folder; yields the folder, the server's port and the entry point's argv."""
     work = tmp_path_factory.mktemp("skyrl-launch")
-    (work / "data").mkdir()
-    write_qa_jsonl(work / "data" / "hotpot_train.jsonl", EXAMPLES)
-    write_qa_jsonl(work / "data" / "hotpot_dev.jsonl", EXAMPLES)
-    BM25Retriever.build(DOCS, work / "indexes" / "wiki18-bm25")
+    scratch_task(work)
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "PWD": str(work)}
-    port, server, argv = _free_port(), None, None
+    port, server, argv = free_port(), None, None
     try:
         for command in skyrl_block():
             if command.startswith("searchenv serve"):

@@ -49,6 +49,7 @@ import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+from agents.policies.vllm import VLLMPolicy
 from searchenv.env import SearchQAEnv, episode_metrics
 from searchenv.tasks.base import QAExample
 
@@ -283,7 +284,7 @@ def _refuse_unsupported_sampling(trainer: Any) -> None:
         )
 
 
-class TRLColocatePolicy:
+class TRLColocatePolicy(VLLMPolicy):
     """Generation through TRL's own colocated vLLM entry point, ``trainer.vllm_generation.generate``.
 
     TRL's entry point is what keeps a colocated engine correct across processes: with
@@ -308,6 +309,7 @@ class TRLColocatePolicy:
     """
 
     def __init__(self, generation: Any, tokenizer: Any) -> None:
+        self.llm = None  # the engine is TRL's: reached only through ``generation``
         self.generation = generation
         self.tokenizer = tokenizer
         self.eos_token_ids = frozenset(
@@ -316,20 +318,6 @@ class TRLColocatePolicy:
         size = int(getattr(generation, "tensor_parallel_size", 1) or 1)
         self.group = getattr(generation, "tp_group", None) if size > 1 else None
         self.group_size = size
-
-    def encode(self, text: str) -> list[int]:
-        """Token ids of ``text`` with no special tokens added."""
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
-
-    def decode(self, token_ids: Sequence[int]) -> str:
-        """Text of ``token_ids``, special tokens left out."""
-        return str(self.tokenizer.decode(list(token_ids), skip_special_tokens=True))
-
-    def chat_prompt_ids(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
-        """Token ids of a chat with the chat template and the assistant generation prompt."""
-        from agents.policies.base import chat_template_ids
-
-        return chat_template_ids(self.tokenizer, messages)
 
     def _agree(self, n: int, settings: tuple[Any, ...]) -> tuple[int, tuple[Any, ...]]:
         """The round's batch width and sampling settings, agreed by the ranks sharing the engine.

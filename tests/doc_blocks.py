@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import re
 import socket
+import subprocess
+import time
+import urllib.request
 from pathlib import Path
 
 from searchenv.retrievers.bm25 import BM25Retriever
@@ -45,3 +48,19 @@ def scratch_task(work: Path) -> None:
     write_qa_jsonl(work / "data" / "hotpot_train.jsonl", EXAMPLES)
     write_qa_jsonl(work / "data" / "hotpot_dev.jsonl", EXAMPLES)
     BM25Retriever.build(DOCS, work / "indexes" / "wiki18-bm25")
+
+
+def wait_until_healthy(server: subprocess.Popen[bytes], url: str) -> None:
+    """Wait up to a minute for ``searchenv serve`` at ``url`` to answer ``/health``.
+
+    Raises:
+        RuntimeError: If the server exits first (with its error output).
+    """
+    for _ in range(600):
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=1):
+                return
+        except OSError:
+            if server.poll() is not None:
+                raise RuntimeError(server.stderr.read().decode() if server.stderr else "searchenv serve died") from None
+            time.sleep(0.1)

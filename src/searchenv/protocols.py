@@ -276,6 +276,20 @@ class Protocol:
         return f"{self.system_prompt()}\n\n{self.user_prompt(question)}\n"
 
     # ---- parsing -------------------------------------------------------------------------
+    def _too_long(self, text: str) -> Invalid | None:
+        """The ``too_long`` verdict for a turn over ``max_turn_chars``, else None.
+
+        Raises:
+            TypeError: If ``text`` is not a string.
+        """
+        if not isinstance(text, str):
+            raise TypeError(f"an action must be a str (one model turn), got {type(text).__name__}")
+        if len(text) > self.max_turn_chars:
+            return Invalid(
+                Invalid.TOO_LONG, f"The turn has {len(text)} characters; the limit is {self.max_turn_chars}."
+            )
+        return None
+
     def parse(self, text: str) -> Action:
         """Parse one model turn.
 
@@ -288,12 +302,9 @@ class Protocol:
         Raises:
             TypeError: If ``text`` is not a string.
         """
-        if not isinstance(text, str):
-            raise TypeError(f"an action must be a str (one model turn), got {type(text).__name__}")
-        if len(text) > self.max_turn_chars:
-            return Invalid(
-                Invalid.TOO_LONG, f"The turn has {len(text)} characters; the limit is {self.max_turn_chars}."
-            )
+        too_long = self._too_long(text)
+        if too_long is not None:
+            return too_long
         # Checked before tag balance: advice to close an <information> the agent opened would
         # only lead it to write a whole fake block.
         pattern = _tag_pattern(self.tags)
@@ -815,12 +826,9 @@ class ToolsProtocol(Protocol):
         Raises:
             TypeError: If ``text`` is not a string.
         """
-        if not isinstance(text, str):
-            raise TypeError(f"an action must be a str (one model turn), got {type(text).__name__}")
-        if len(text) > self.max_turn_chars:
-            return Invalid(
-                Invalid.TOO_LONG, f"The turn has {len(text)} characters; the limit is {self.max_turn_chars}."
-            )
+        too_long = self._too_long(text)
+        if too_long is not None:
+            return too_long
         if _TOOL_RESPONSE_RE.search(text):
             return Invalid(
                 Invalid.FAKE_INFORMATION,

@@ -19,8 +19,6 @@ import asyncio
 import os
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,7 +26,7 @@ from typing import Any
 import pytest
 from skyrl.backends.skyrl_train.inference_servers.base import InferenceEngineInterface
 from tests.conftest import EXAMPLES
-from tests.doc_blocks import bash_commands, free_port, scratch_task
+from tests.doc_blocks import bash_commands, free_port, scratch_task, wait_until_healthy
 from tests.tiny_model import build_tiny_tokenizer
 
 from agents.integrations.skyrl import SearchQAEnvConfig, config_classes, parse, parse_command_line
@@ -64,15 +62,7 @@ def launched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
                 subprocess.run(["bash", "-c", command], cwd=work, env=env, check=True, capture_output=True)
         if server is None or argv is None:
             raise ValueError("the SkyRL block has no `searchenv serve` or no entry-point command")
-        for _ in range(600):
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1):
-                    break
-            except OSError:
-                if server.poll() is not None:
-                    raise RuntimeError(server.stderr.read().decode() if server.stderr else "searchenv serve died") \
-                        from None
-                time.sleep(0.1)
+        wait_until_healthy(server, f"http://127.0.0.1:{port}")
         yield {"work": work, "port": port, "argv": argv}
     finally:
         if server is not None:

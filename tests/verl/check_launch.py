@@ -23,8 +23,6 @@ import os
 import re
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,7 +33,7 @@ import ray
 import torch
 from hydra import compose, initialize_config_dir
 from tests.conftest import EXAMPLES
-from tests.doc_blocks import bash_commands, free_port, scratch_task
+from tests.doc_blocks import bash_commands, free_port, scratch_task, wait_until_healthy
 from tests.tiny_model import build_tiny_model
 from verl.protocol import DataProto
 from verl.utils.config import validate_config
@@ -76,15 +74,7 @@ def launched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
         if server is None or argv is None:
             raise ValueError("the verl block has no `searchenv serve` or no main_ppo command")
         url = f"http://127.0.0.1:{port}"
-        for _ in range(600):
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=1):
-                    break
-            except OSError:
-                if server.poll() is not None:
-                    raise RuntimeError(server.stderr.read().decode() if server.stderr else "searchenv serve died") \
-                        from None
-                time.sleep(0.1)
+        wait_until_healthy(server, url)
         yield {"work": work, "url": url, "argv": argv}
     finally:
         if server is not None:

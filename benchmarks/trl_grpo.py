@@ -40,6 +40,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE] + [str(
 
 from _common import RESULTS, write_results  # noqa: E402
 from learning import evaluate_agent, evaluate_policy, paired_difference  # noqa: E402
+from searchenv.corpus import atomic_write_lines  # noqa: E402
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
@@ -119,14 +120,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     out_dir = args.out or Path("/tmp") / args.name
-    log_path = RESULTS / f"{args.name}.log"
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    log_file = log_path.open("w", encoding="utf-8")
+    lines: list[str] = []  # results/<name>.log is written with the results: a killed run leaves the old one whole
 
     def log(line: str) -> None:
         print(line, flush=True)
-        log_file.write(line + "\n")
-        log_file.flush()
+        lines.append(line)
 
     start = time.perf_counter()
     policy = load_searcher(upto="sft", device=device)
@@ -245,7 +243,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                    "start_vs_heuristic": start_vs_heuristic},
     }
     write_results(args.name, data, "\n".join(table), command=cmd)
-    log_file.close()
+    atomic_write_lines(RESULTS / f"{args.name}.log", lines)
     return data
 
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import socket
 import subprocess
 import time
 import urllib.request
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from searchenv.retrievers.bm25 import BM25Retriever
@@ -64,3 +67,44 @@ def wait_until_healthy(server: subprocess.Popen[bytes], url: str) -> None:
             if server.poll() is not None:
                 raise RuntimeError(server.stderr.read().decode() if server.stderr else "searchenv serve died") from None
             time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def launch_block(commands: Sequence[str], work: Path, entry: str, bin_dir: Path) -> Iterator[tuple[int, list[str]]]:
+    """Run a docs block's commands in ``work`` as bash would, with ``searchenv serve`` on a free port.
+
+    The ``entry`` command (an engine's entry point) is not run: its arguments are expanded by
+    bash and handed back, with the server's port. The server is stopped on exit.
+
+    Args:
+        commands: The block's commands (:func:`bash_commands`).
+        work: The scratch folder (:func:`scratch_task`).
+        entry: How the entry-point command starts, e.g. ``python -m verl.trainer.main_ppo``.
+        bin_dir: Put first on ``PATH`` (the virtual environment's ``bin``).
+
+    Raises:
+        ValueError: If the block has no ``searchenv serve`` or no ``entry`` command.
+    """
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "PWD": str(work)}
+    port, server, argv = free_port(), None, None
+    try:
+        for command in commands:
+            if command.startswith("searchenv serve"):
+                line = command.rstrip("&").strip().replace("--port 8000", f"--port {port}")
+                server = subprocess.Popen(["bash", "-c", f"exec {line}"], cwd=work, env=env,
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            elif command.startswith(entry):
+                rest = command.removeprefix(entry)
+                out = subprocess.run(["bash", "-c", f"printf '%s\\0' {rest}"], cwd=work, env=env,
+                                     capture_output=True, check=True)
+                argv = out.stdout.decode().split("\0")[:-1]  # the arguments as the shell hands them over
+            else:
+                subprocess.run(["bash", "-c", command], cwd=work, env=env, check=True, capture_output=True)
+        if server is None or argv is None:
+            raise ValueError(f"the block has no `searchenv serve` or no `{entry}` command")
+        wait_until_healthy(server, f"http://127.0.0.1:{port}")
+        yield port, argv
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait(timeout=30)

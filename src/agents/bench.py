@@ -593,10 +593,9 @@ def read_card(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def _fmt(key: str, value: Any) -> str:
-    if value is None:
-        return "-"
-    fmt = {k: f for k, _, f in METRICS}.get(key, "{}")
-    return fmt.format(value)
+    from agents.evaluate import format_cell
+
+    return format_cell(key, value, METRICS)
 
 
 def _short(value: Any) -> str:

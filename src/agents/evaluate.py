@@ -385,10 +385,11 @@ def compare(
     return out
 
 
-def _fmt(key: str, value: Any) -> str:
+def format_cell(key: str, value: Any, columns: Sequence[tuple[str, str, str]] = COLUMNS) -> str:
+    """``value`` as the table shows column ``key``: its format in ``columns`` (key, title, format), ``-`` for None."""
     if value is None:
         return "-"
-    fmt = {k: f for k, _, f in COLUMNS}.get(key, "{}")
+    fmt = {k: f for k, _, f in columns}.get(key, "{}")
     return fmt.format(value)
 
 
@@ -397,7 +398,7 @@ def markdown_table(results: Sequence[EvalResult]) -> str:
     head = ["Agent", "Retriever", "n"] + [title for _, title, _ in COLUMNS]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     for r in results:
-        cells = [r.agent, r.retriever, str(r.row["n"])] + [_fmt(k, r.row.get(k)) for k, _, _ in COLUMNS]
+        cells = [r.agent, r.retriever, str(r.row["n"])] + [format_cell(k, r.row.get(k)) for k, _, _ in COLUMNS]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -412,7 +413,7 @@ def rich_table(results: Sequence[EvalResult], title: str | None = None) -> Any:
     for _, col, _ in COLUMNS:
         table.add_column(col, justify="right")
     for r in results:
-        table.add_row(r.agent, r.retriever, str(r.row["n"]), *[_fmt(k, r.row.get(k)) for k, _, _ in COLUMNS])
+        table.add_row(r.agent, r.retriever, str(r.row["n"]), *[format_cell(k, r.row.get(k)) for k, _, _ in COLUMNS])
     return table
 
 

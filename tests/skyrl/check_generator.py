@@ -16,8 +16,6 @@ stop string kept (SkyRL's vLLM parameters set ``include_stop_str_in_output``).
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +24,7 @@ from typing import Any
 import pytest
 from skyrl.backends.skyrl_train.inference_servers.base import InferenceEngineInterface
 from tests.conftest import EXAMPLES
-from tests.doc_blocks import bash_commands, free_port, scratch_task, wait_until_healthy
+from tests.doc_blocks import bash_commands, launch_block, scratch_task
 from tests.tiny_model import build_tiny_tokenizer
 
 from agents.integrations.skyrl import SearchQAEnvConfig, config_classes, parse, parse_command_line
@@ -45,29 +43,8 @@ def launched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
     """The docs' commands run in a scratch folder; yields the folder, the server's port and the entry point's argv."""
     work = tmp_path_factory.mktemp("skyrl-launch")
     scratch_task(work)
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "PWD": str(work)}
-    port, server, argv = free_port(), None, None
-    try:
-        for command in skyrl_block():
-            if command.startswith("searchenv serve"):
-                line = command.rstrip("&").strip().replace("--port 8000", f"--port {port}")
-                server = subprocess.Popen(["bash", "-c", f"exec {line}"], cwd=work, env=env,
-                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            elif command.startswith("python -m agents.integrations.skyrl"):
-                rest = command.removeprefix("python -m agents.integrations.skyrl")
-                out = subprocess.run(["bash", "-c", f"printf '%s\\0' {rest}"], cwd=work, env=env,
-                                     capture_output=True, check=True)
-                argv = out.stdout.decode().split("\0")[:-1]  # the arguments as the shell hands them over
-            else:
-                subprocess.run(["bash", "-c", command], cwd=work, env=env, check=True, capture_output=True)
-        if server is None or argv is None:
-            raise ValueError("the SkyRL block has no `searchenv serve` or no entry-point command")
-        wait_until_healthy(server, f"http://127.0.0.1:{port}")
+    with launch_block(skyrl_block(), work, "python -m agents.integrations.skyrl", BIN) as (port, argv):
         yield {"work": work, "port": port, "argv": argv}
-    finally:
-        if server is not None:
-            server.terminate()
-            server.wait(timeout=30)
 
 
 def _docs_config(launched: dict[str, Any], *extra: str) -> Any:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,7 +32,7 @@ import ray
 import torch
 from hydra import compose, initialize_config_dir
 from tests.conftest import EXAMPLES
-from tests.doc_blocks import bash_commands, free_port, scratch_task, wait_until_healthy
+from tests.doc_blocks import bash_commands, launch_block, scratch_task
 from tests.tiny_model import build_tiny_model
 from verl.protocol import DataProto
 from verl.utils.config import validate_config
@@ -56,30 +55,8 @@ def launched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
     scratch_task(work)
     (work / "docs").mkdir()
     (work / "docs" / "verl").symlink_to(ROOT / "docs" / "verl")
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "PWD": str(work)}
-    port, server, argv = free_port(), None, None
-    try:
-        for command in verl_block():
-            if command.startswith("searchenv serve"):
-                line = command.rstrip("&").strip().replace("--port 8000", f"--port {port}")
-                server = subprocess.Popen(["bash", "-c", f"exec {line}"], cwd=work, env=env,
-                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            elif command.startswith("python -m verl.trainer.main_ppo"):
-                rest = command.removeprefix("python -m verl.trainer.main_ppo")
-                out = subprocess.run(["bash", "-c", f"printf '%s\\0' {rest}"], cwd=work, env=env,
-                                     capture_output=True, check=True)
-                argv = out.stdout.decode().split("\0")[:-1]  # the arguments as the shell hands them to main_ppo
-            else:
-                subprocess.run(["bash", "-c", command], cwd=work, env=env, check=True, capture_output=True)
-        if server is None or argv is None:
-            raise ValueError("the verl block has no `searchenv serve` or no main_ppo command")
-        url = f"http://127.0.0.1:{port}"
-        wait_until_healthy(server, url)
-        yield {"work": work, "url": url, "argv": argv}
-    finally:
-        if server is not None:
-            server.terminate()
-            server.wait(timeout=30)
+    with launch_block(verl_block(), work, "python -m verl.trainer.main_ppo", BIN) as (port, argv):
+        yield {"work": work, "url": f"http://127.0.0.1:{port}", "argv": argv}
 
 
 def _compose(argv: list[str], extra: list[str] | tuple[str, ...] = ()) -> Any:

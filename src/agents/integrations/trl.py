@@ -354,11 +354,7 @@ class TRLColocatePolicy(VLLMPolicy):
 
         ``seed`` is checked but not used: TRL's engine has its own per-rank seed.
         """
-        from agents.policies.base import check_sampling, request_seeds
-
-        check_sampling(prompts, stop, max_new_tokens, temperature, top_p)
-        request_seeds(seed, len(prompts))
-        ids = [self.encode(p) if isinstance(p, str) else [int(t) for t in p] for p in prompts]
+        ids, _ = self._prepare(prompts, stop, max_new_tokens, temperature, top_p, seed)
         width, settings = self._agree(len(ids), (tuple(stop), int(max_new_tokens), float(temperature), float(top_p)))
         if width == 0:
             return []

@@ -43,12 +43,13 @@ CPU_OVERRIDES = (
     "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
     "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4",
     "data.dataloader_num_workers=0",
-    # one step, on one worker
+    # one step, on one worker (and one agent-loop and one reward worker: each Ray actor imports torch)
     "trainer.total_training_steps=1",
     "trainer.save_freq=-1",
     "trainer.n_gpus_per_node=1",
     "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
     "actor_rollout_ref.rollout.agent.num_workers=1",
+    "reward.num_workers=1",
     # the CPU: the cpu platform (tests/verl/cpu_standin.py); FSDP2 (verl's FSDP1 path asks torch for a
     # CUDA device); eager attention (no flash-attn); Ray told of one GPU slot (a logical resource
     # that verl's placement groups ask for) and of enough logical CPUs for verl's and TransferQueue's
@@ -60,6 +61,8 @@ CPU_OVERRIDES = (
     "+ray_kwargs.ray_init.num_gpus=1",
     "ray_kwargs.ray_init.num_cpus=8",
     "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+    # memory: Ray's dashboard (about 1 GB of processes here; TransferQueue's ray[default] brings it)
+    "+ray_kwargs.ray_init.include_dashboard=false",
 )
 
 ENTRY = "python -m verl.trainer.main_ppo"

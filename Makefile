@@ -32,8 +32,9 @@ $(VERL_STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VERL_VENV)
 	$(VERL_VENV)/bin/python -m pip install -q --upgrade pip
 	$(VERL_VENV)/bin/python -m pip install -q "$(TORCH_PIN)"
-	# cachetools, fastapi and uvicorn: verl 0.9.1 imports them without declaring them.
-	$(VERL_VENV)/bin/python -m pip install -q "verl==0.9.1" cachetools pytest hypothesis -e ".[serve]" "$(TORCH_PIN)"
+	# cachetools, fastapi and uvicorn: verl 0.9.1 imports them without declaring them. TransferQueue:
+	# verl's default (v1) trainer in main_ppo imports it, and `pip install verl` does not install it.
+	$(VERL_VENV)/bin/python -m pip install -q "verl==0.9.1" "TransferQueue==0.1.11" cachetools pytest hypothesis -e ".[serve]" "$(TORCH_PIN)"
 	touch $(VERL_STAMP)
 
 $(SKYRL_STAMP): pyproject.toml Makefile

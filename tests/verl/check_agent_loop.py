@@ -266,6 +266,32 @@ def test_one_request_id_per_episode_for_sticky_routing(index: str) -> None:
     assert [r["request_id"] for r in server.requests] == ["det-3", "det-3"]
 
 
+class VersionedServer(ScriptedServer):
+    """A server manager whose weights move on between an episode's turns (as under verl's async trainers)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        super().__init__(tokenizer)
+        self.version = 4
+
+    async def generate(self, **kwargs: Any) -> TokenOutput:
+        out = await super().generate(**kwargs)
+        self.version += 1
+        # what verl's LLMServerClient hands back: the server's weight version, and min/max set from it
+        steps = self.version - 1
+        return out.model_copy(update={"extra_fields": {"global_steps": steps, "min_global_steps": steps,
+                                                       "max_global_steps": steps}})
+
+
+def test_the_weight_versions_of_the_turns_reach_verls_trainer(index: str) -> None:
+    # verl's v1 trainer reads min_global_steps and max_global_steps of every sample (int(None) fails)
+    tokenizer = build_tiny_tokenizer()
+    loop = _loop(index, tokenizer, VersionedServer(tokenizer))
+    [row] = task_rows([TOBIN], data_source="searchenv/test", split="train")
+    out = _run(loop, {"temperature": 1.0}, row)
+    assert {k: out.extra_fields[k] for k in ("global_steps", "min_global_steps", "max_global_steps")} == \
+        {"global_steps": 4, "min_global_steps": 4, "max_global_steps": 5}  # first turn's, then the last turn's max
+
+
 def test_the_response_budget_ends_the_episode_unanswered(index: str) -> None:
     tokenizer = build_tiny_tokenizer()
     loop = _loop(index, tokenizer, ScriptedServer(tokenizer), response_length=20)

@@ -10,11 +10,8 @@ real ``AgentLoopManager`` (agent-loop workers as Ray actors, which load the agen
 documented ``agent_loops.yaml``), ``LLMServerClient`` and ``GlobalRequestLoadBalancer``, and the
 trainer's ``extract_reward``, ``compute_advantage`` and validation metrics. The only stand-in is
 the generation server (vLLM/SGLang need a GPU): a Ray actor with the server's ``generate`` call
-that plays search-then-answer. ``main_ppo`` itself stops short of this on a CPU machine (run
-by hand, as written): past ``validate_config`` and Ray's start, its default v1 task runner fails
-at ``import transfer_queue`` (``pip install verl==0.9.1`` does not install it), and the legacy
-trainer (``trainer.use_v1=false``) at "Total available GPUs 0 is less than total desired GPUs 1"
-(it places the FSDP actor and the rollout replicas on GPUs); the policy update is not run here.
+that plays search-then-answer. ``main_ppo`` itself, run for one training step with the policy
+update, is tests/verl/check_main_ppo.py.
 """
 
 from __future__ import annotations

@@ -133,6 +133,22 @@ def _cut_at_stop(text: str, stop: tuple[str, ...]) -> str:
     return text[: min(ends)] if ends else text
 
 
+#: The weight versions verl's server manager puts in each turn's ``extra_fields``; verl's v1 trainer
+#: reads ``min_global_steps`` and ``max_global_steps`` of every sample (its staleness metrics).
+_STEP_KEYS = ("global_steps", "min_global_steps", "max_global_steps")
+
+
+def _track_steps(steps: dict[str, Any], fields: dict[str, Any]) -> None:
+    """Fold one turn's weight versions into the episode's, as verl's tool agent loop does.
+
+    The first turn gives all three; a later turn moves ``max_global_steps`` on (when it has one).
+    """
+    if not steps:
+        steps.update({key: fields[key] for key in _STEP_KEYS if key in fields})
+    elif fields.get("max_global_steps") is not None:
+        steps["max_global_steps"] = fields["max_global_steps"]
+
+
 @register("searchqa_agent")
 class SearchQAAgentLoop(AgentLoopBase):
     """A verl agent loop that runs one SearchQA-v0 episode per sample (module docstring)."""
@@ -209,6 +225,7 @@ class SearchQAAgentLoop(AgentLoopBase):
         reward_terms: list[dict[str, float]] = []
         turn_scores: list[float] = []
         final: dict[str, Any] | None = None
+        steps: dict[str, Any] = {}  # the weight versions the turns were generated with (verl's v1 trainer reads them)
         turns = 0
         generate_s = search_s = 0.0
         while final is None:
@@ -221,6 +238,7 @@ class SearchQAAgentLoop(AgentLoopBase):
             out = await self.server_manager.generate(request_id=request_id, prompt_ids=prompt_ids + response_ids,
                                                      sampling_params=params, **extra)
             generate_s += time.perf_counter() - started
+            _track_steps(steps, out.extra_fields or {})
             ids = [int(t) for t in out.token_ids][:budget]
             text = _cut_at_stop(self.tokenizer.decode(ids, skip_special_tokens=True), stop)
             response_ids += ids
@@ -273,7 +291,7 @@ class SearchQAAgentLoop(AgentLoopBase):
             reward_score=score,
             num_turns=2 * turns,
             metrics=AgentLoopMetrics(generate_sequences=generate_s, tool_calls=search_s),
-            extra_fields={"reward_extra_info": {key: metrics[key] for key in REWARD_EXTRA_KEYS},
+            extra_fields={**steps, "reward_extra_info": {key: metrics[key] for key in REWARD_EXTRA_KEYS},
                           "turn_scores": turn_scores,
                           "searchenv_metrics": metrics, "searchenv_reward_terms": reward_terms},
         )

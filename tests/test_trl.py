@@ -339,6 +339,9 @@ def test_tool_sft_dataset_is_what_trls_tool_loop_renders(tmp_path: Path, bm25: B
     calls = [m["tool_calls"][0]["function"] for m in by_id["q1"]["messages"] if m.get("tool_calls")]
     assert [c["name"] for c in calls] == ["search", "answer"] and calls[1]["arguments"] == {"answer": "Karsk"}
     assert by_id["q1"]["messages"][2]["content"].startswith("<information>")
+    # as the docs build the SFT dataset: each call keeps its own arguments (a plain from_list adds nulls)
+    assert Dataset.from_list(rows, on_mixed_types="use_json")[0]["messages"] == rows[0]["messages"]
+    assert Dataset.from_list(rows)[0]["messages"] != rows[0]["messages"]
 
 
 def test_tool_sft_dataset_refuses_what_it_cannot_demonstrate(bm25: BM25Retriever) -> None:

@@ -652,6 +652,11 @@ def tool_sft_dataset(make_env: _ToolEnvFactory, n: int | None = None, *, reasoni
       structs into one, adding every tool's parameters to every tool);
     - ``example_id``.
 
+    Build the dataset with ``datasets.Dataset.from_list(rows, on_mixed_types="use_json")``
+    (datasets >= 5): a plain ``from_list`` merges the calls' ``arguments`` into one struct, so
+    every ``search`` call would carry ``"answer": null`` and the model would learn to write it
+    (TRL then fails every such call: ``search()`` takes no ``answer``).
+
     Rendered with the chat template TRL generates with (and its training twin for
     ``assistant_only_loss``), a row is token for token the prompt, completions and tool suffixes
     of TRL's tool-calling loop for the same calls. Supported protocols: the tag protocols with one

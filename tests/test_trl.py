@@ -283,3 +283,75 @@ def test_tool_env_under_the_tools_protocol(bm25: BM25Retriever) -> None:
     browse.reset(example_id=tobin.id)
     browse.search("Tobin Quenn born")
     assert "page 1 of 1" in browse.open(1)
+
+
+def test_tool_sft_dataset_is_what_trls_tool_loop_renders(tmp_path: Path, bm25: BM25Retriever) -> None:
+    """Oracle demonstrations through the tools are token for token TRL's rollout of the same calls."""
+    import json
+    from importlib.resources import files
+
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+    from trl.chat_template_utils import parse_response
+
+    from agents.integrations.trl import SearchQAToolEnv, tool_schemas, tool_sft_dataset
+
+    model, tokenizer = build_tiny_model(seed=0)
+    tokenizer.chat_template = (files("trl") / "chat_templates" / "qwen2_5.jinja").read_text()
+    make_env = SearchQAToolEnv.factory(list(EXAMPLES), retriever=bm25, max_turns=4)
+    rows = tool_sft_dataset(make_env, reasoning=True, successful_only=False)
+    args = GRPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=2, num_generations=2,
+                      report_to="none", use_cpu=True, bf16=False, save_strategy="no", max_completion_length=16)
+    trainer = GRPOTrainer(model=model, processing_class=tokenizer, args=args, environment_factory=make_env,
+                          train_dataset=Dataset.from_list(make_env.dataset()))
+    tools = trainer._env_tools[None]  # the tools TRL offers (bound methods of its probe instance)
+    assert [r["example_id"] for r in rows] == [ex.id for ex in EXAMPLES]
+    for row, prompt_row in zip(rows, make_env.dataset(), strict=True):
+        schemas = json.loads(row["tools"])
+        assert schemas == tool_schemas(make_env()) and [t["function"]["name"] for t in schemas] == ["answer", "search"]
+        messages = row["messages"]
+        assert messages[:1] == prompt_row["prompt"] and messages[-1]["role"] == "assistant"
+        # TRL's loop: the prompt rendered with the tools, each turn as generated (ending in EOS), each tool
+        # result as TRL's own suffix ids; the replies are what a fresh tool env answers to the same calls
+        env = make_env()
+        env.reset(**prompt_row)
+        ids = tokenizer.apply_chat_template(messages[:1], tools=tools, chat_template=trainer.chat_template,
+                                            add_generation_prompt=True, tokenize=True, return_dict=False)
+        for i, message in enumerate(messages):
+            if message["role"] != "assistant":
+                continue
+            before = tokenizer.apply_chat_template(messages[:i], tools=tools, tokenize=False,
+                                                   add_generation_prompt=True)
+            turn = tokenizer.apply_chat_template(messages[: i + 1], tools=tools, tokenize=False)[len(before) :]
+            turn_ids = tokenizer(turn.removesuffix("\n"), add_special_tokens=False)["input_ids"]
+            assert turn_ids[-1] == tokenizer.eos_token_id
+            parsed = parse_response(trainer._tokenizer, turn_ids, prefix=ids, tools=tools)
+            assert parsed.get("tool_calls", []) == message.get("tool_calls", [])  # TRL reads the call back as made
+            ids = ids + turn_ids
+            replies = [m for m in messages[i + 1 : i + 2] if m["role"] == "tool"]
+            for reply, call in zip(replies, message.get("tool_calls", []), strict=True):
+                assert reply["content"] == getattr(env, call["function"]["name"])(**call["function"]["arguments"])
+            if replies:
+                ids = ids + trainer._get_tool_suffix_ids(replies)
+        full = tokenizer.apply_chat_template(messages, tools=json.loads(row["tools"]), tokenize=True, return_dict=False)
+        assert full == ids + tokenizer("\n", add_special_tokens=False)["input_ids"]
+    by_id = {r["example_id"]: r for r in rows}
+    calls = [m["tool_calls"][0]["function"] for m in by_id["q1"]["messages"] if m.get("tool_calls")]
+    assert [c["name"] for c in calls] == ["search", "answer"] and calls[1]["arguments"] == {"answer": "Karsk"}
+    assert by_id["q1"]["messages"][2]["content"].startswith("<information>")
+    # as the docs build the SFT dataset: each call keeps its own arguments (a plain from_list adds nulls)
+    assert Dataset.from_list(rows, on_mixed_types="use_json")[0]["messages"] == rows[0]["messages"]
+    assert Dataset.from_list(rows)[0]["messages"] != rows[0]["messages"]
+
+
+def test_tool_sft_dataset_refuses_what_it_cannot_demonstrate(bm25: BM25Retriever) -> None:
+    from agents.integrations.trl import SearchQAToolEnv, tool_sft_dataset
+
+    make_env = SearchQAToolEnv.factory(list(EXAMPLES), retriever=bm25, max_turns=4)
+    assert len(tool_sft_dataset(make_env, 2, successful_only=False)) == 2
+    with pytest.raises(ValueError, match="positive integer"):
+        tool_sft_dataset(make_env, 0)
+    with pytest.raises(ValueError, match="arena"):
+        tool_sft_dataset(SearchQAToolEnv.factory(list(EXAMPLES), retriever=bm25, protocol="arena"))
+    with pytest.raises(ValueError, match="no demonstration left"):  # one turn: the oracle cannot search and answer
+        tool_sft_dataset(SearchQAToolEnv.factory(list(EXAMPLES), retriever=bm25, max_turns=1))

@@ -457,6 +457,7 @@ class SearchQAToolEnv:
         self._return = 0.0
         self._done = True
         self._final: dict[str, Any] | None = None
+        self._info: dict[str, Any] | None = None  # the last step's info (for demonstrations replayed through the tools)
 
     @classmethod
     def factory(cls, task: str | os.PathLike[str] | Sequence[QAExample] = "synthetic-2hop", *,
@@ -495,13 +496,14 @@ class SearchQAToolEnv:
             if index is None:
                 raise ValueError(f"row names no question of the task: {question[:100]!r}")
             self._env.reset(options={"index": index})
-        self._return, self._done, self._final = 0.0, False, None
+        self._return, self._done, self._final, self._info = 0.0, False, None, None
         return None
 
     def _turn(self, text: str) -> dict[str, Any]:
         # a tag turn, said in the environment's protocol (under ``tools`` the same call as TRL's)
         _, reward, terminated, truncated, info = self._env.step(self._env.protocol.from_tags(text))
         self._return += float(reward)
+        self._info = info
         if terminated or truncated:
             self._done, self._final = True, info
         return info
@@ -614,3 +616,114 @@ class _ToolEnvFactory:
         """Rows for ``datasets.Dataset.from_list``: a chat ``prompt`` with the question, and ``example_id``."""
         examples = self.examples if n is None else self.examples[:n]
         return [{"prompt": [{"role": "user", "content": ex.question}], "example_id": ex.id} for ex in examples]
+
+
+def tool_schemas(env: SearchQAToolEnv) -> list[dict[str, Any]]:
+    """The JSON schemas of ``env``'s tools, as ``GRPOTrainer(environment_factory=...)`` offers them.
+
+    TRL offers every public function of the instance's class except ``reset`` and ``get_reward``,
+    in name order, and renders the prompt with them as ``tools=``; these are the same tools, as
+    the schemas ``transformers`` derives from them (what a ``tools`` column of an SFT dataset holds).
+    """
+    import inspect
+
+    from transformers.utils import get_json_schema
+
+    return [get_json_schema(getattr(env, name)) for name, _ in inspect.getmembers(type(env), inspect.isfunction)
+            if not name.startswith("_") and name not in ("reset", "get_reward")]
+
+
+def tool_sft_dataset(make_env: _ToolEnvFactory, n: int | None = None, *, reasoning: bool = False,
+                     successful_only: bool = True) -> list[dict[str, Any]]:
+    """Oracle demonstrations of the tools, laid out as TRL's ``environment_factory`` loop lays out a rollout.
+
+    A cold start for a model that never called these tools (``GRPOTrainer(environment_factory=...)``
+    scores 0 until it does): for each question the oracle agent
+    (:class:`~agents.policies.scripted.OracleAgent`: the gold decomposition, one hop a search) plays
+    an episode *through the tools* of an instance of ``make_env``, so every tool result is the text
+    TRL would get from the same call. A row is a conversation for ``trl.SFTTrainer``:
+
+    - ``messages``: the question as ``make_env.dataset()`` asks it (one ``user`` message), then per
+      turn an ``assistant`` message with one ``tool_calls`` entry and the ``tool`` message with its
+      result (``name`` and ``content``, as TRL appends it), and a last ``assistant`` message with
+      the answer in words, after the ``answer`` tool's confirmation (TRL generates once more after
+      every tool result; the model learns to stop there);
+    - ``tools``: :func:`tool_schemas` as a JSON string (Arrow would merge the schemas' parameter
+      structs into one, adding every tool's parameters to every tool);
+    - ``example_id``.
+
+    Build the dataset with ``datasets.Dataset.from_list(rows, on_mixed_types="use_json")``
+    (datasets >= 5): a plain ``from_list`` merges the calls' ``arguments`` into one struct, so
+    every ``search`` call would carry ``"answer": null`` and the model would learn to write it
+    (TRL then fails every such call: ``search()`` takes no ``answer``).
+
+    Rendered with the chat template TRL generates with (and its training twin for
+    ``assistant_only_loss``), a row is token for token the prompt, completions and tool suffixes
+    of TRL's tool-calling loop for the same calls. Supported protocols: the tag protocols with one
+    query a turn (``search-r1``), ``browse`` (``open`` calls) and ``tools``/``tools-browse``.
+
+    Args:
+        make_env: A factory from :meth:`SearchQAToolEnv.factory` (its task, retriever and settings).
+        n: Demonstrate the first ``n`` questions (default all).
+        reasoning: Put the oracle's ``<think>`` text before each call as the message's content
+            (default: calls only, the shortest completions).
+        successful_only: Keep only episodes whose answer scored EM 1.
+
+    Returns:
+        The rows, in question order.
+
+    Raises:
+        ValueError: For ``n`` < 1, an unsupported protocol, or when no demonstration is left.
+    """
+    import json
+    import re
+
+    from agents.policies.scripted import OracleAgent
+    from agents.reference import EpisodeState, StepRecord
+    from searchenv.protocols import Answer, Open, Search
+
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+        raise ValueError(f"n must be a positive integer or None, got {n!r}")
+    tool_env = make_env()
+    if isinstance(tool_env, SearchQAArenaToolEnv):
+        raise ValueError("tool_sft_dataset does not support protocol='arena' (its answer cites documents)")
+    env = tool_env._env
+    tools = json.dumps(tool_schemas(tool_env))
+    agent = OracleAgent()
+    rows = []
+    for position, (ex, row) in enumerate(zip(make_env.examples, make_env.dataset(n), strict=False)):
+        tool_env.reset(**row)
+        state = EpisodeState(position, ex, env.protocol, env.max_turns, 0, env.messages())
+        messages: list[dict[str, Any]] = list(row["prompt"])
+        while not tool_env._done:
+            arguments: dict[str, Any]
+            tags = agent.turn(state)
+            action = env.protocol.parse(env.protocol.from_tags(tags))
+            if isinstance(action, Search) and len(action.queries) == 1:
+                name, arguments = "search", {"query": action.queries[0]}
+            elif isinstance(action, Answer):
+                name, arguments = "answer", {"answer": action.text}
+            elif isinstance(action, Open):
+                name, arguments = "open", {"number": action.number, "page": action.page}
+            else:
+                raise ValueError(f"protocol {env.protocol.name!r}: the oracle's turn is not one tool call: "
+                                 f"{tags[:200]!r}")
+            thought = re.search(r"<think>(.*?)</think>", tags, re.S)
+            content = " ".join(thought.group(1).split()) if reasoning and thought else ""
+            result = getattr(tool_env, name)(**arguments)
+            messages.append({"role": "assistant", "content": content,
+                             "tool_calls": [{"type": "function", "function": {"name": name, "arguments": arguments}}]})
+            messages.append({"role": "tool", "name": name, "content": result})
+            info = dict(tool_env._info or {})
+            state.steps.append(StepRecord(tags, info, env.shown_hits))
+            state.messages = env.messages()
+            if name == "answer":
+                messages.append({"role": "assistant", "content": arguments["answer"]})
+        tool_env.get_reward()
+        if successful_only and tool_env.final_metrics.get("em", 0.0) < 1.0:
+            continue
+        rows.append({"messages": messages, "tools": tools, "example_id": ex.id})
+    if not rows:
+        raise ValueError(f"no demonstration left of {len(make_env.dataset(n))} (successful_only={successful_only}): "
+                         "check that the index holds the questions' evidence and max_turns covers their hops")
+    return rows

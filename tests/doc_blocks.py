@@ -38,6 +38,19 @@ def bash_commands(section: str, comment: str = r"\s+#.*$") -> list[str]:
     return [re.sub(comment, "", line).strip() for line in joined.splitlines() if line.strip()]
 
 
+def python_blocks(heading: str) -> list[str]:
+    """The ``python`` blocks of docs/engines.md's section whose ``## `` heading starts with ``heading``.
+
+    Raises:
+        ValueError: If no section's heading starts so.
+    """
+    text = (ROOT / "docs" / "engines.md").read_text(encoding="utf-8")
+    if f"\n## {heading}" not in text:
+        raise ValueError(f"docs/engines.md has no section headed {heading!r}")
+    body = text.split(f"\n## {heading}", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```python\n(.*?)```", body, re.S)
+
+
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 now."""
     with socket.socket() as sock:

@@ -12,14 +12,13 @@ import pytest
 pytest.importorskip("trl")
 pytest.importorskip("datasets")
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.doc_blocks import python_blocks  # noqa: E402
+
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 
 def _blocks() -> list[str]:
-    doc = (ROOT / "docs" / "engines.md").read_text(encoding="utf-8")
-    section = doc.split("## TRL: `rollout_func`", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```python\n(.*?)```", section, re.S)
+    return python_blocks("TRL: `rollout_func`")
 
 
 @pytest.mark.slow

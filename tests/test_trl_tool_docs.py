@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import os
-import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,27 +12,9 @@ import pytest
 pytest.importorskip("trl")
 pytest.importorskip("datasets")
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.doc_blocks import python_blocks  # noqa: E402
+
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-
-
-def _blocks() -> list[str]:
-    doc = (ROOT / "docs" / "engines.md").read_text(encoding="utf-8")
-    section = doc.split("## TRL: `environment_factory`", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```python\n(.*?)```", section, re.S)
-
-
-@pytest.fixture
-def one_thread() -> Iterator[None]:
-    """One intra-op thread: on a loaded two-core machine two threads ran the forward pass six times slower."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 @pytest.mark.slow
@@ -45,7 +25,8 @@ def test_the_tool_run_trains_through_trl_from_the_packaged_sft_adapter(
     monkeypatch.chdir(tmp_path)
     namespace: dict[str, Any] = {}
     start = time.perf_counter()
-    exec(compile(_blocks()[0], "docs/engines.md (TRL environment_factory)", "exec"), namespace)  # noqa: S102
+    block = python_blocks("TRL: `environment_factory`")[0]
+    exec(compile(block, "docs/engines.md (TRL environment_factory)", "exec"), namespace)  # noqa: S102
     seconds = time.perf_counter() - start
     sft, trainer = namespace["sft"], namespace["trainer"]
     sft_logs = [h for h in sft.state.log_history if "loss" in h and "train_loss" not in h]

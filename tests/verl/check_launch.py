@@ -31,6 +31,7 @@ from hydra import compose, initialize_config_dir
 from tests.conftest import EXAMPLES
 from tests.doc_blocks import bash_commands, launch_block, scratch_task
 from tests.tiny_model import build_tiny_model
+from tests.verl.scripted import scripted_turn
 from verl.protocol import DataProto
 from verl.utils.config import validate_config
 from verl.utils.device import auto_set_device
@@ -119,13 +120,7 @@ class ScriptedGenerationServer:
     async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
                        image_data: Any = None, video_data: Any = None, **kwargs: Any) -> TokenOutput:
         self.params.append(dict(sampling_params))
-        context = self.tokenizer.decode(prompt_ids)
-        question = next(q for q in self.answers if q in context)
-        if "<information>" not in context.split(question)[-1]:
-            text = f"<search> {question} </search>"
-        else:
-            self.answered += 1
-            text = f"<answer> {self.answers[question] if self.answered % 2 else 'nobody knows'} </answer>"
+        text, self.answered = scripted_turn(self.tokenizer.decode(prompt_ids), self.answers, self.answered)
         ids = self.tokenizer.encode(text, add_special_tokens=False)[: sampling_params["max_tokens"]]
         return TokenOutput(token_ids=ids, log_probs=[-0.5] * len(ids))
 

@@ -126,6 +126,7 @@ class PlatformCPU(PlatformBase):
 
 
 # verl's engine and rollout modules ask for the platform when imported: after PlatformCPU is registered
+from tests.verl.scripted import scripted_turn  # noqa: E402
 from verl.workers.engine.base import EngineRegistry  # noqa: E402
 from verl.workers.engine.fsdp import transformer_impl  # noqa: E402
 from verl.workers.rollout import base as rollout_base  # noqa: E402
@@ -162,13 +163,7 @@ class ScriptedServer:
                        image_data: Any = None, video_data: Any = None, **kwargs: Any) -> TokenOutput:
         self.params.append(dict(sampling_params))
         self._write()
-        context = self.tokenizer.decode(prompt_ids)
-        question = next(q for q in self.answers if q in context)
-        if "<information>" not in context.split(question)[-1]:
-            text = f"<search> {question} </search>"
-        else:
-            self.answered += 1
-            text = f"<answer> {self.answers[question] if self.answered % 2 else 'nobody knows'} </answer>"
+        text, self.answered = scripted_turn(self.tokenizer.decode(prompt_ids), self.answers, self.answered)
         ids = self.tokenizer.encode(text, add_special_tokens=False)[: sampling_params["max_tokens"]]
         # the weight version, as vLLM's server reports it
         return TokenOutput(token_ids=ids, log_probs=[-0.5] * len(ids), extra_fields={"global_steps": self.global_steps})

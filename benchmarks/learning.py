@@ -58,7 +58,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE] + [str(
 
 from _common import RESULTS, machine  # noqa: E402
 
-PHASES = ("base", "baselines", "sft", "grpo_outcome", "grpo_process", "throughput")
+PHASES = ("base", "baselines", "sft", "sft_adapters", "grpo_outcome", "grpo_adapters", "grpo_process", "throughput")
 BASELINES = ("oracle", "heuristic", "rag", "direct", "random")
 LABELS = {
     "baseline:oracle": "oracle: gold decomposition (upper bound, not a policy)",
@@ -68,7 +68,9 @@ LABELS = {
     "baseline:random": "random",
     "base": "(a) base model, protocol prompt",
     "sft": "(b) SFT on oracle demonstrations",
+    "sft_adapters": "(b') (b) as shipped: its weight change as rank-r adapters",
     "grpo_outcome": "(c) SFT + GRPO, outcome reward",
+    "grpo_adapters": "(c') (c) as shipped: SFT and GRPO adapters",
     "grpo_process": "(d) SFT + GRPO, outcome + relevance",
 }
 COMPARISONS = (
@@ -80,6 +82,11 @@ COMPARISONS = (
     ("grpo_outcome", "baseline:heuristic", "GRPO (outcome) vs heuristic"),
     ("grpo_process", "baseline:heuristic", "GRPO (outcome + relevance) vs heuristic"),
     ("grpo_outcome", "baseline:rag", "GRPO (outcome) vs rag (same base model)"),
+    ("sft_adapters", "sft", "SFT as shipped (adapters) vs full weights"),
+    ("sft_adapters", "baseline:heuristic", "SFT as shipped vs heuristic"),
+    ("grpo_adapters", "grpo_outcome", "GRPO as shipped (adapters) vs full weights"),
+    ("grpo_adapters", "sft_adapters", "GRPO as shipped vs SFT as shipped"),
+    ("grpo_adapters", "baseline:heuristic", "GRPO as shipped vs heuristic"),
 )
 
 
@@ -112,6 +119,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument(
         "--lora-lr-scale", type=float, default=10.0, help="Learning rates are multiplied by this with --lora."
     )
+    ap.add_argument(
+        "--adapter-ranks",
+        default="32,16",
+        help="Without --lora: ranks of the adapters that the SFT and the GRPO weight changes are compressed to "
+        "(phases sft_adapters, grpo_adapters; the form that --export-searcher ships).",
+    )
+    ap.add_argument(
+        "--export-dir", type=Path, default=None, help="Where --export-searcher writes (default: the packaged searcher)."
+    )
     ap.add_argument("--baselines", default=",".join(BASELINES), help="Agents of the baselines phase.")
     ap.add_argument(
         "--export-searcher",
@@ -138,6 +154,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     unknown = set(args.phases.split(",")) - set(PHASES) - {"none", ""}
     if unknown:
         ap.error(f"unknown phases {sorted(unknown)}; known: {', '.join(PHASES)}")
+    try:
+        args.adapter_ranks = [int(r) for r in str(args.adapter_ranks).split(",")]
+    except ValueError:
+        ap.error(f"--adapter-ranks: expected two comma-separated integers, got {args.adapter_ranks!r}")
+    if len(args.adapter_ranks) != 2 or min(args.adapter_ranks) < 1:
+        ap.error(f"--adapter-ranks: expected two positive ranks (SFT, GRPO), got {args.adapter_ranks}")
+    if args.lora and ({"sft_adapters", "grpo_adapters"} & set(args.phases.split(","))):
+        ap.error("phases sft_adapters / grpo_adapters compress full-weight runs; "
+                 "with --lora the adapters ship as trained")
     return args
 
 
@@ -308,6 +333,32 @@ def sft_phase(args: argparse.Namespace) -> dict[str, Any]:
     )
     out, row = train_and_evaluate(args, train_sft, cfg)
     return {**row, "final_loss": out["last"]["loss"]}
+
+
+def adapters_phase(args: argparse.Namespace, runs: list[str]) -> dict[str, Any]:
+    """The full-weight ``runs`` (in training order) as shipped: compressed to adapters, loaded as users load them.
+
+    Writes the searcher folder ``args.out / f"searcher_{runs[-1]}"`` (what ``--export-searcher`` copies)
+    and evaluates :func:`agents.searcher.load_searcher` of it on the same dev questions.
+    """
+    from agents.devices import resolve_device
+    from agents.searcher import export_searcher, load_searcher
+
+    folder = args.out / f"searcher_{runs[-1]}"
+    ranks = args.adapter_ranks[: len(runs)]
+    t0 = time.perf_counter()
+    export_searcher([args.out / r for r in runs], folder, ranks=ranks,
+                    base_policy=load_policy(args.threads, args.device))
+    compress_s = time.perf_counter() - t0
+    policy = load_searcher(folder, device=resolve_device(args.device))
+    row = evaluate_policy(policy, args)
+    size = sum(f.stat().st_size for f in folder.iterdir())
+    from agents.searcher import read_manifest
+
+    kept = [a.get("energy_kept") for a in read_manifest(folder)["adapters"]]
+    steps = sum(int(json.loads((args.out / f"{r}.json").read_text()).get("steps", 0)) for r in runs[-1:])
+    return {**row, "steps": steps, "ranks": ranks, "adapter_bytes": size, "compress_seconds": compress_s,
+            "energy_kept": kept, "searcher_dir": str(folder)}
 
 
 def arm_config(args: argparse.Namespace, name: str) -> Any:
@@ -490,6 +541,8 @@ def main() -> None:
         run_phase(args, "baselines", lambda: baselines_phase(args))
     if "sft" in phases:
         run_phase(args, "sft", lambda: sft_phase(args))
+    if "sft_adapters" in phases:
+        run_phase(args, "sft_adapters", lambda: adapters_phase(args, ["sft"]))
     arms = [a for a in ("grpo_outcome", "grpo_process") if a in phases]
     if arms and args.parallel_arms and len(arms) == 2:
         parent = [a for a in argv if a != "--parallel-arms"]
@@ -502,6 +555,8 @@ def main() -> None:
     else:
         for name in arms:
             run_phase(args, name, lambda name=name: arm_phase(args, name))
+    if "grpo_adapters" in phases:
+        run_phase(args, "grpo_adapters", lambda: adapters_phase(args, ["sft", "grpo_outcome"]))
     if "throughput" in phases:
         run_phase(args, "throughput", lambda: throughput_phase(args))
     if arms and not args.parallel_arms and phases == {arms[0]}:
@@ -512,22 +567,39 @@ def main() -> None:
 
 
 def export(args: argparse.Namespace, argv: list[str]) -> None:
-    """Ship the adapters of the SFT and GRPO (outcome) phases as ``agents/data/searcher``."""
-    from agents.searcher import PACKAGED, export_searcher
+    """Ship the SFT and GRPO (outcome) phases as the packaged searcher (or ``--export-dir``).
 
-    runs = [args.out / "sft", args.out / "grpo_outcome"]
-    scores = {n: json.loads((args.out / f"{n}.json").read_text())["em"] for n in ("sft", "grpo_outcome")}
-    out = export_searcher(
-        runs,
-        PACKAGED,
-        provenance={
-            "command": "python benchmarks/learning.py " + " ".join(argv),
-            "task": args.task,
-            "dev_em": scores,
-            "n_dev": args.n_dev,
-            "settings": env_kwargs(args),
-        },
-    )
+    With ``--lora`` the trained adapters ship as they are. Otherwise the compressed form that
+    phases ``sft_adapters`` / ``grpo_adapters`` evaluated ships, byte for byte: the GRPO one (SFT
+    and GRPO adapters) when it scored at least as well on the dev questions, else the SFT one.
+    """
+    from agents.devices import describe, resolve_device
+    from agents.searcher import PACKAGED, copy_searcher, export_searcher
+
+    target = args.export_dir or PACKAGED
+    scores = {
+        n: json.loads((args.out / f"{n}.json").read_text())["em"]
+        for n in ("sft", "sft_adapters", "grpo_outcome", "grpo_adapters")
+        if (args.out / f"{n}.json").is_file()
+    }
+    provenance = {
+        "command": "python benchmarks/learning.py " + " ".join(argv),
+        "task": args.task,
+        "dev_em": scores,
+        "n_dev": args.n_dev,
+        "settings": env_kwargs(args),
+        "trained_on": describe(resolve_device(args.device)),
+    }
+    if args.lora:
+        out = export_searcher([args.out / "sft", args.out / "grpo_outcome"], target, provenance=provenance)
+    else:
+        shipped = [n for n in ("grpo_adapters", "sft_adapters") if n in scores]
+        if not shipped:
+            raise SystemExit("--export-searcher without --lora needs phase sft_adapters (and grpo_adapters) first")
+        best = max(shipped, key=lambda n: (scores[n], n == "grpo_adapters"))
+        src = json.loads((args.out / f"{best}.json").read_text())["searcher_dir"]
+        provenance["shipped"] = best
+        out = copy_searcher(src, target, provenance=provenance)
     size = sum(f.stat().st_size for f in out.iterdir()) / 2**20
     log(f"searcher: wrote {out} ({size:.1f} MB)")
 
@@ -552,7 +624,14 @@ def write_outputs(args: argparse.Namespace, argv: list[str], wall: float) -> Non
         "",
         f"Task {args.task}: {args.n_dev} held-out dev questions (never trained on), greedy decoding, "
         f"top_k={args.top_k}, max_turns={args.max_turns}, max_new_tokens={args.max_new_tokens}, "
-        f"max_doc_chars={args.max_doc_chars}" + (f"; LoRA rank {args.lora_r} adapters" if args.lora else "") + ".",
+        f"max_doc_chars={args.max_doc_chars}"
+        + (f"; LoRA rank {args.lora_r} adapters" if args.lora else "; all weights trained")
+        + (
+            f"; shipped form: SFT change at rank {args.adapter_ranks[0]}, GRPO change at rank {args.adapter_ranks[1]}"
+            if any(k in results for k in ("sft_adapters", "grpo_adapters"))
+            else ""
+        )
+        + ".",
         "",
         "| Policy | Train steps | EM | F1 | Searches/q | Evidence recall | Answered | Invalid turns/q |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
@@ -567,6 +646,14 @@ def write_outputs(args: argparse.Namespace, argv: list[str], wall: float) -> Non
             f"| {label} | {steps} | {r['em']:.3f} | {r['f1']:.3f} | {r['searches']:.2f} | "
             f"{'-' if recall is None else f'{recall:.3f}'} | {r['answered']:.2f} | {r['invalid_turns']:.2f} |"
         )
+    for key in ("sft_adapters", "grpo_adapters"):
+        if key in results:
+            r = results[key]
+            kept = ", ".join(f"{k:.3f}" for k in r.get("energy_kept", []) if k is not None)
+            lines.append(
+                f"\n{LABELS[key].split(' ', 1)[0]}: ranks {r['ranks']}, {r['adapter_bytes'] / 1e6:.1f} MB of adapters, "
+                f"share of the squared weight change kept {kept}; compressed in {r['compress_seconds']:.0f} s."
+            )
     diffs = {}
     rows = []
     for a, b, label in COMPARISONS:

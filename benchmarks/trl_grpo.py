@@ -68,6 +68,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="stop training after the step that passes this many seconds (then evaluate and report)")
     p.add_argument("--threads", type=int, default=2, help="CPU threads (torch)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--searcher", type=Path, default=None,
+                   help="searcher folder whose SFT adapter is the start (default: the packaged searcher)")
     p.add_argument("--name", default="trl_grpo")
     p.add_argument("--out", type=Path, default=None, help="TRL's output folder (default /tmp/<name>)")
     args = p.parse_args(argv)
@@ -115,7 +117,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from agents.integrations.trl import SearchQARollout, reward_functions
     from agents.policies.hf import HFPolicy
     from agents.reference import make_agent
-    from agents.searcher import load_searcher, read_manifest
+    from agents.searcher import PACKAGED, load_searcher, read_manifest
 
     torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
@@ -127,8 +129,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         lines.append(line)
 
     start = time.perf_counter()
-    policy = load_searcher(upto="sft", device=device)
-    log(f"model: SmolLM2-135M-Instruct + packaged SFT adapter on {describe(policy.device)}")
+    policy = load_searcher(args.searcher or PACKAGED, upto="sft", device=device)
+    log(f"model: SmolLM2-135M-Instruct + SFT adapter of {args.searcher or 'the packaged searcher'} "
+        f"on {describe(policy.device)}")
     heuristic = evaluate_agent(make_agent("heuristic", seed=args.seed), args)
     before = evaluate_policy(policy, args)
     log(f"held-out dev ({args.n_dev}): heuristic EM {heuristic['em']:.3f}, SFT start EM {before['em']:.3f}")
@@ -194,7 +197,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     start_vs_heuristic = paired_difference(before, heuristic)
     rows = [
         ("heuristic: rules, no learning", heuristic),
-        ("SFT start (packaged SFT adapter)", before),
+        ("SFT start (the searcher's SFT adapter)", before),
         (f"SFT + TRL GRPO ({steps_done} steps, LoRA r={args.lora_r})", after),
     ]
     cmd = "python benchmarks/trl_grpo.py " + " ".join(argv if argv is not None else sys.argv[1:])
@@ -231,7 +234,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     data = {
         "device": describe(device),
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "searcher": read_manifest()["provenance"].get("command"),
+        "searcher": read_manifest(args.searcher or PACKAGED)["provenance"].get("command"),
         "trl_log": logged,
         "step_returns": rollout.returns,
         "rollout_seconds": rollout.seconds,

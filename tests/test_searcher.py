@@ -22,8 +22,8 @@ def _logits(policy, text: str) -> torch.Tensor:  # type: ignore[no-untyped-def]
 def _sft(tmp_path: Path, qa: Path, corpus: Path, name: str, **kw) -> SFTConfig:  # type: ignore[no-untyped-def]
     return SFTConfig(
         output_dir=str(tmp_path / name), task=str(qa), corpus=str(corpus), steps=2, batch_size=2,
-        micro_batch_size=2, learning_rate=3e-2, num_demos=4, progress=False, log_every=0, save_every=0,
-        max_turns=4, **kw,
+        micro_batch_size=2, num_demos=4, progress=False, log_every=0, save_every=0,
+        max_turns=4, **{"learning_rate": 3e-2, **kw},
     )
 
 
@@ -69,16 +69,81 @@ def test_exported_adapters_reload_to_the_trained_model(tmp_path: Path, qa_file: 
     assert len(read_manifest(out)["adapters"]) == 1
 
 
-def test_export_refuses_full_weight_runs_and_missing_searchers(
+def _tied_policy(seed: int = 0):  # type: ignore[no-untyped-def]
+    from agents.policies.hf import HFPolicy
+    from tests.tiny_model import build_tiny_model
+
+    model, tokenizer = build_tiny_model(seed, tie_word_embeddings=True)
+    return HFPolicy(model, tokenizer)
+
+
+@pytest.mark.parametrize("tied", [False, True], ids=["separate-head", "tied-head"])
+def test_full_fine_tuning_ships_as_low_rank_adapters(
+    tmp_path: Path, qa_file: Path, corpus_file: Path, tied: bool
+) -> None:
+    make = _tied_policy if tied else tiny_policy
+    text = "<search> where was Velora Quenn born </search>"
+    first = _sft(tmp_path, qa_file, corpus_file, "full", learning_rate=1e-2)
+    tuned = train_sft(first, policy=make(seed=0))["policy"]
+    # a second full-weight phase from the first (as GRPO's init_from does)
+    second = _sft(tmp_path, qa_file, corpus_file, "full2", learning_rate=1e-2, seed=1)
+    start = make(seed=0)
+    load_weights(start, first.output_dir)
+    tuned2 = train_sft(second, policy=start)["policy"]
+    base_logits = _logits(make(seed=0), text)
+    assert not torch.allclose(_logits(tuned2, text), base_logits, atol=1e-2)
+
+    # Full rank (the tiny model is 64 wide): the adapters rebuild both phases up to float16 rounding.
+    out = export_searcher([first.output_dir, second.output_dir], tmp_path / "exact", ranks=[64, 64],
+                          base_policy=make(seed=0))
+    specs = read_manifest(out)["adapters"]
+    assert [a["kind"] for a in specs] == ["sft", "sft"] and specs[0]["r"] == specs[0]["alpha"] == 64
+    assert "embed_tokens" in specs[0]["target_modules"] and ("lm_head" in specs[0]["target_modules"]) == (not tied)
+    assert specs[0]["modules_to_save"]  # the norms changed too
+    loaded = load_searcher(out, policy=make(seed=0))
+    torch.testing.assert_close(_logits(loaded, text), _logits(tuned2, text), atol=2e-2, rtol=2e-2)
+    if tied:
+        assert loaded.model.lm_head.weight is loaded.model.model.embed_tokens.weight
+    cold = load_searcher(out, policy=make(seed=0), upto="sft")
+    torch.testing.assert_close(_logits(cold, text), _logits(tuned, text), atol=2e-2, rtol=2e-2)
+
+    # Truncated: the error shrinks as the rank grows, and the second adapter picks up what the first left.
+    errors = []
+    for r in (2, 8, 32):
+        low = export_searcher([first.output_dir], tmp_path / f"r{r}", ranks=[r], base_policy=make(seed=0))
+        diff = _logits(load_searcher(low, policy=make(seed=0)), text) - _logits(tuned, text)
+        errors.append(float(diff.abs().mean()))
+    assert errors[0] > errors[1] > errors[2], errors
+    both = export_searcher([first.output_dir, second.output_dir], tmp_path / "both", ranks=[2, 32],
+                           base_policy=make(seed=0))
+    err_both = (_logits(load_searcher(both, policy=make(seed=0)), text) - _logits(tuned2, text)).abs().mean()
+    assert float(err_both) < errors[0]
+
+
+def test_export_refuses_full_weight_runs_without_ranks_and_missing_searchers(
     tmp_path: Path, qa_file: Path, corpus_file: Path
 ) -> None:
     full = _sft(tmp_path, qa_file, corpus_file, "full")
     train_sft(full, policy=tiny_policy(seed=0))
-    with pytest.raises(ValueError, match="not LoRA"):
+    with pytest.raises(ValueError, match="trained all weights: give ranks"):
         export_searcher([full.output_dir], tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(ValueError, match="rank must be a positive integer"):
+        export_searcher([full.output_dir], tmp_path / "out", ranks=[0], base_policy=tiny_policy(seed=0))
+    with pytest.raises(ValueError, match="target shape"):  # a checkpoint of another model
+        export_searcher([full.output_dir], tmp_path / "out", ranks=[4],
+                        base_policy=_wider_policy())
     assert not (tmp_path / "out").exists()
     with pytest.raises(SearcherNotFoundError, match="benchmarks/learning.py"):
         load_searcher(tmp_path / "nothing", policy=tiny_policy(seed=0))
+
+
+def _wider_policy():  # type: ignore[no-untyped-def]
+    from agents.policies.hf import HFPolicy
+    from tests.tiny_model import build_tiny_model
+
+    model, tokenizer = build_tiny_model(0, hidden_size=32)
+    return HFPolicy(model, tokenizer)
 
 
 @pytest.mark.slow

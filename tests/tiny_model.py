@@ -127,6 +127,7 @@ def build_tiny_model(
     num_kv_heads: int = 2,
     init_std: float = 0.3,
     vocab_size: int = 400,
+    tie_word_embeddings: bool = False,
 ) -> tuple[Any, Any]:
     """A tiny random ``LlamaForCausalLM`` and its tokenizer.
 
@@ -138,6 +139,7 @@ def build_tiny_model(
         num_kv_heads: Key/value heads (grouped-query attention when fewer than ``num_heads``).
         init_std: Standard deviation of the weights; large enough for peaked next-token distributions.
         vocab_size: Tokenizer vocabulary bound.
+        tie_word_embeddings: Share the output head's weight with the input embedding (as SmolLM2 does).
 
     Returns:
         ``(model, tokenizer)``; the model is float32, in eval mode, on the CPU.
@@ -154,7 +156,7 @@ def build_tiny_model(
         num_attention_heads=num_heads,
         num_key_value_heads=num_kv_heads,
         max_position_embeddings=4096,
-        tie_word_embeddings=False,
+        tie_word_embeddings=tie_word_embeddings,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,

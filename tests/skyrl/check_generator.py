@@ -34,7 +34,7 @@ BIN = Path(sys.executable).parent
 
 
 def skyrl_block() -> list[str]:
-    """The commands of the ``bash`` block in docs/engines/skyrl.md's Launch section (continuations joined, comments cut)."""
+    """The commands of the ``bash`` block of docs/engines/skyrl.md's Launch section (continuations joined)."""
     return bash_commands("engines/skyrl.md", "Launch", comment=r"\s+#[^'\"]*$")
 
 

@@ -42,7 +42,7 @@ BIN = Path(sys.executable).parent
 
 
 def verl_block() -> list[str]:
-    """The commands of the ``bash`` block in docs/engines/verl.md's Launch section (continuations joined, comments cut)."""
+    """The commands of the ``bash`` block of docs/engines/verl.md's Launch section (continuations joined)."""
     return bash_commands("engines/verl.md", "Launch")
 
 

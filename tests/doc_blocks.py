@@ -19,34 +19,35 @@ from tests.conftest import DOCS, EXAMPLES
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def bash_commands(section: str, comment: str = r"\s+#.*$") -> list[str]:
-    """The commands of the ``bash`` block in docs/engines.md's ``## <section>`` (continuations joined).
+def bash_commands(page: str, section: str, comment: str = r"\s+#.*$") -> list[str]:
+    """The commands of the ``bash`` block in ``docs/<page>``'s ``## <section>`` (continuations joined).
 
     Args:
+        page: The page under docs/, e.g. ``engines/verl.md``.
         section: The section's title.
         comment: What a trailing comment looks like (it is cut).
 
     Raises:
         ValueError: If the section has no bash block.
     """
-    text = (ROOT / "docs" / "engines.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / page).read_text(encoding="utf-8")
     body = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
     block = re.search(r"```bash\n(.*?)```", body, re.S)
     if block is None:
-        raise ValueError(f"docs/engines.md's {section} section has no bash block")
+        raise ValueError(f"docs/{page}'s {section} section has no bash block")
     joined = block.group(1).replace("\\\n", " ")
     return [re.sub(comment, "", line).strip() for line in joined.splitlines() if line.strip()]
 
 
-def python_blocks(heading: str) -> list[str]:
-    """The ``python`` blocks of docs/engines.md's section whose ``## `` heading starts with ``heading``.
+def python_blocks(page: str, heading: str) -> list[str]:
+    """The ``python`` blocks of ``docs/<page>``'s section whose ``## `` heading starts with ``heading``.
 
     Raises:
         ValueError: If no section's heading starts so.
     """
-    text = (ROOT / "docs" / "engines.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / page).read_text(encoding="utf-8")
     if f"\n## {heading}" not in text:
-        raise ValueError(f"docs/engines.md has no section headed {heading!r}")
+        raise ValueError(f"docs/{page} has no section headed {heading!r}")
     body = text.split(f"\n## {heading}", 1)[1].split("\n## ", 1)[0]
     return re.findall(r"```python\n(.*?)```", body, re.S)
 

@@ -1,4 +1,4 @@
-"""docs/benchmarks.md and the README show a card that ``searchenv bench`` prints for the command as written."""
+"""docs/benchmarks.md shows the card ``searchenv bench`` prints for the command as written; the README names it."""
 
 from __future__ import annotations
 
@@ -32,6 +32,6 @@ def test_the_docs_card_is_what_the_command_prints(tmp_path: Path, monkeypatch: p
     assert len(printed) == 8 and _rows(doc) == printed
     assert _rows((tmp_path / "runs" / "bench-fixtures" / "card.md").read_text()) == printed
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert command in readme and _rows(readme) == printed
+    assert command in readme
     for line in ("| corpus_fingerprint |", "| index_hash |", "published, not measured here"):
         assert line in doc.lower() or line in doc

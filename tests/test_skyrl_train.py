@@ -2,7 +2,7 @@
 
 SkyRL's trainer package (``skyrl`` 0.4.0) needs Python 3.12 and pins its own transformers and
 ray, so ``make test`` builds ``.venv-skyrl`` and this test runs ``tests/skyrl/check_generator.py``
-there: docs/engines.md's SkyRL commands as written, the extended config through SkyRL's parser and
+there: docs/engines/skyrl.md's commands as written, the extended config through SkyRL's parser and
 ``validate_cfg``, and ``searchqa`` episodes through ``SkyRLGymGenerator`` (the inference engine the
 only stand-in).
 """

@@ -1,4 +1,4 @@
-"""docs/engines.md's TRL `rollout_func` blocks, run as written (the first) and checked against TRL (the second)."""
+"""docs/engines/trl.md's TRL `rollout_func` blocks, run as written (the first) and checked against TRL (the second)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 
 def _blocks() -> list[str]:
-    return python_blocks("TRL: `rollout_func`")
+    return python_blocks("engines/trl.md", "TRL: `rollout_func`")
 
 
 @pytest.mark.slow
@@ -33,7 +33,7 @@ def test_the_first_run_trains_through_trl_from_the_packaged_sft_adapter(
     """
     monkeypatch.chdir(tmp_path)
     namespace: dict[str, Any] = {}
-    exec(compile(_blocks()[0], "docs/engines.md (TRL first run)", "exec"), namespace)  # noqa: S102
+    exec(compile(_blocks()[0], "docs/engines/trl.md (TRL first run)", "exec"), namespace)  # noqa: S102
     trainer = namespace["trainer"]
     [log] = [h for h in trainer.state.log_history if "reward" in h]
     assert log["rewards/searchenv_em/mean"] > 0  # the SearchQA reward, not a toy one, is earned

@@ -1,4 +1,4 @@
-"""docs/engines.md's TRL ``environment_factory`` first run, as written: cold start on the tools, then GRPO."""
+"""docs/engines/trl.md's TRL ``environment_factory`` first run, as written: cold start on the tools, then GRPO."""
 
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ def test_the_tool_run_trains_through_trl_from_the_packaged_sft_adapter(
     monkeypatch.chdir(tmp_path)
     namespace: dict[str, Any] = {}
     start = time.perf_counter()
-    block = python_blocks("TRL: `environment_factory`")[0]
-    exec(compile(block, "docs/engines.md (TRL environment_factory)", "exec"), namespace)  # noqa: S102
+    block = python_blocks("engines/trl.md", "TRL: `environment_factory`")[0]
+    exec(compile(block, "docs/engines/trl.md (TRL environment_factory)", "exec"), namespace)  # noqa: S102
     seconds = time.perf_counter() - start
     sft, trainer = namespace["sft"], namespace["trainer"]
     sft_logs = [h for h in sft.state.log_history if "loss" in h and "train_loss" not in h]

@@ -2,7 +2,7 @@
 
 verl pins a transformers version of its own, so ``make test`` builds ``.venv-verl`` (the CPU torch
 pinned, verl, this package) and this test runs ``tests/verl/check_agent_loop.py`` (the agent loop),
-``tests/verl/check_launch.py`` (docs/engines.md's verl commands as written, verl's
+``tests/verl/check_launch.py`` (docs/engines/verl.md's commands as written, verl's
 ``validate_config``, and a GRPO step's rollout, reward and advantages through verl's
 ``AgentLoopManager`` on a local Ray) and ``tests/verl/check_main_ppo.py`` (the documented
 ``main_ppo`` command run for one GRPO step, policy update included, on the CPU) there; the

@@ -1,6 +1,6 @@
-"""docs/engines.md's SkyRL launch, as written, through SkyRL's generator (run in .venv-skyrl by test_skyrl_train.py).
+"""docs/engines/skyrl.md's launch, as written, through SkyRL's generator (run in .venv-skyrl by test_skyrl_train.py).
 
-The test reads the ``bash`` block of the SkyRL section of docs/engines.md and runs it in a scratch
+The test reads the ``bash`` block of docs/engines/skyrl.md's Launch section and runs it in a scratch
 folder holding a tiny corpus and task where the block expects Wikipedia and HotpotQA:
 ``searchenv rows`` and ``searchenv serve`` as written (on a free port instead of 8000), and the
 arguments of ``python -m agents.integrations.skyrl``, as bash expands them, through the module's
@@ -34,8 +34,8 @@ BIN = Path(sys.executable).parent
 
 
 def skyrl_block() -> list[str]:
-    """The commands of the ``bash`` block in docs/engines.md's SkyRL section (continuations joined, comments cut)."""
-    return bash_commands("SkyRL", comment=r"\s+#[^'\"]*$")
+    """The commands of the ``bash`` block of docs/engines/skyrl.md's Launch section (continuations joined)."""
+    return bash_commands("engines/skyrl.md", "Launch", comment=r"\s+#[^'\"]*$")
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
-"""docs/engines.md's verl launch, as written, through verl's own pieces (run in .venv-verl by tests/test_verl.py).
+"""docs/engines/verl.md's launch, as written, through verl's own pieces (run in .venv-verl by tests/test_verl.py).
 
-The test reads the ``bash`` block of the verl section of docs/engines.md and runs it in a scratch
+The test reads the ``bash`` block of docs/engines/verl.md's Launch section and runs it in a scratch
 folder that holds a tiny corpus and task where the block expects Wikipedia and HotpotQA:
 ``searchenv rows`` and ``searchenv serve`` run as written (on a free port instead of 8000, which
 other processes on a shared machine may hold), and the ``main_ppo`` command's arguments, expanded
@@ -42,8 +42,8 @@ BIN = Path(sys.executable).parent
 
 
 def verl_block() -> list[str]:
-    """The commands of the ``bash`` block in docs/engines.md's verl section (continuations joined, comments cut)."""
-    return bash_commands("verl")
+    """The commands of the ``bash`` block of docs/engines/verl.md's Launch section (continuations joined)."""
+    return bash_commands("engines/verl.md", "Launch")
 
 
 @pytest.fixture(scope="module")

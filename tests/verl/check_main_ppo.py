@@ -1,6 +1,6 @@
-"""docs/engines.md's verl command through verl's ``main_ppo``: one training step on a CPU (run by tests/test_verl.py).
+"""docs/engines/verl.md's command through verl's ``main_ppo``: one training step on a CPU (run by tests/test_verl.py).
 
-The ``bash`` block of the verl section runs as check_launch.py runs it (a tiny corpus and task in
+The ``bash`` block of docs/engines/verl.md's Launch section runs as check_launch.py runs it (a tiny corpus and task in
 Wikipedia's and HotpotQA's place, ``searchenv serve`` on a free port), and then its
 ``python -m verl.trainer.main_ppo`` command itself, with the arguments bash hands over, plus the
 overrides in :data:`CPU_OVERRIDES` (a tiny local model, 4 questions x 5 samples, one worker, and
@@ -108,7 +108,7 @@ def test_main_ppo_runs_one_grpo_step_with_the_documented_command(tmp_path: Path)
         "TOKENIZERS_PARALLELISM": "false",
         "RAY_DEDUP_LOGS": "0",
     }
-    with launch_block(bash_commands("verl"), work, ENTRY, BIN) as (port, argv):
+    with launch_block(bash_commands("engines/verl.md", "Launch"), work, ENTRY, BIN) as (port, argv):
         proc = subprocess.run(
             [sys.executable, "-m", "verl.trainer.main_ppo", *argv, f"actor_rollout_ref.model.path={work / 'model'}",
              f"searchenv.retriever=http://127.0.0.1:{port}", *CPU_OVERRIDES],

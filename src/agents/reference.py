@@ -47,11 +47,12 @@ from typing import Any, Protocol
 
 from agents.chat import chat_renderer, reply_text
 from agents.policies.base import ChatPolicy, Generation, GenerationError, Policy
-from searchenv.env import SearchQAEnv, search_or_error
+from searchenv.env import SearchQAEnv
 from searchenv.protocols import Protocol as ActionProtocol
 from searchenv.protocols import get_protocol
 from searchenv.retrievers.base import Hit, Retriever
 from searchenv.tasks.base import QAExample
+from searchenv.vector import search_round
 
 AGENT_NAMES = ("oracle", "heuristic", "random", "direct", "rag", "iterative", "llm", "searcher")
 LLM_AGENTS = frozenset({"direct", "rag", "iterative", "llm"})
@@ -389,18 +390,10 @@ def _run_batch(
         turns = [t for t in turns if t.error is None]
         active = [i for i in active if errors[i] is None]  # a failed episode ends here, unscored
         requests = [envs[i].prepare_step(t.text) for i, t in zip(active, turns, strict=True)]
-        queries = [q for r in requests for q in r.queries]
-        all_hits = search_or_error(retriever, queries, top_k) if queries else None
-        offset = 0
+        found = search_round({i: (retriever, top_k, req.queries) for i, req in zip(active, requests, strict=True)})
         still: list[int] = []
         for i, turn, req in zip(active, turns, requests, strict=True):
-            hits: list[list[Hit]] | Exception | None = None
-            if req.queries:
-                if isinstance(all_hits, Exception):
-                    hits = all_hits
-                elif all_hits is not None:
-                    hits = all_hits[offset : offset + len(req.queries)]
-                offset += len(req.queries)
+            hits = found[i]
             _, reward, terminated, truncated, info = envs[i].finish_step(req, hits)
             shown = envs[i].shown_hits  # what the agent was shown: cut to max_doc_chars, refined
             states[i].steps.append(StepRecord(turn.text, info, shown))

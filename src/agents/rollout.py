@@ -50,9 +50,10 @@ import numpy as np
 
 from agents.chat import chat_renderer, reply_ids, reply_text
 from agents.policies.base import Policy
-from searchenv.env import SearchQAEnv, StepRequest, search_or_error
+from searchenv.env import SearchQAEnv, StepRequest
 from searchenv.retrievers.base import Hit, Retriever
 from searchenv.tasks.base import QAExample
+from searchenv.vector import search_round
 
 __all__ = ["EpisodeRecord", "RolloutBatch", "RolloutEngine", "RolloutStats", "episode_seed", "rollout"]
 
@@ -495,7 +496,9 @@ class RolloutEngine:
             lv.turn += 1
             lv.request = lv.env.prepare_step(src.turn_texts[t])
             if lv.request.queries:
-                self._hits[id(lv)] = search_or_error(lv.env.retriever, lv.request.queries, lv.env.top_k)
+                found = search_round({0: (lv.env.retriever, lv.env.top_k, lv.request.queries)})[0]
+                if found is not None:
+                    self._hits[id(lv)] = found
             self._finish_step(lv)
         if rec.stop_reason:
             return
@@ -555,29 +558,18 @@ class RolloutEngine:
 
     def _search_round(self, stepping: list[_Live], stats: RolloutStats) -> float:
         """One ``search_batch`` per retriever for all queries of the round; hits stored on the lives."""
-        groups: dict[tuple[int, int], list[_Live]] = {}
-        for lv in stepping:
-            if lv.request is not None and lv.request.queries:
-                groups.setdefault((id(lv.env.retriever), lv.env.top_k), []).append(lv)
-        self._hits = {}
         seconds = 0.0
-        for (_, k), lives in groups.items():
-            retriever: Retriever = lives[0].env.retriever
-            queries = [q for lv in lives for q in lv.request.queries]  # type: ignore[union-attr]
-            t0 = time.perf_counter()
-            hits = search_or_error(retriever, queries, k)
-            if isinstance(hits, Exception):  # any failure: every episode's step is an infra error
-                for lv in lives:
-                    self._hits[id(lv)] = hits
-            else:
-                pos = 0
-                for lv in lives:
-                    n = len(lv.request.queries)  # type: ignore[union-attr]
-                    self._hits[id(lv)] = [list(h) for h in hits[pos : pos + n]]
-                    pos += n
-            seconds += time.perf_counter() - t0
+
+        def count(queries: int, took: float) -> None:
+            nonlocal seconds
+            seconds += took
             stats.search_calls += 1
-            stats.queries += len(queries)
+            stats.queries += queries
+
+        members = {id(lv): (lv.env.retriever, lv.env.top_k, lv.request.queries)
+                   for lv in stepping if lv.request is not None}
+        found = search_round(members, on_call=count)
+        self._hits = {key: hits for key, hits in found.items() if hits is not None}
         return seconds
 
     def _finish_step(self, lv: _Live) -> None:

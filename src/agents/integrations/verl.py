@@ -60,11 +60,12 @@ from uuid import uuid4
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
 from agents.chat import reply_ids, reply_text, template_renderer
-from searchenv.env import SearchQAEnv, episode_metrics, search_or_error
+from searchenv.env import SearchQAEnv, episode_metrics
 from searchenv.envpool import EnvPool
 from searchenv.retrievers.base import Hit
 from searchenv.retrievers.batching import MicroBatcher
 from searchenv.tasks.rows import example_from_row
+from searchenv.vector import search_round
 
 _ENV_KEYS = frozenset({"retriever", "corpus", "protocol", "reward", "top_k", "max_turns", "max_doc_chars"})
 _LOOP_KEYS = frozenset({"max_new_tokens", "batch_searches", "search_in_thread"})
@@ -255,9 +256,10 @@ class SearchQAAgentLoop(AgentLoopBase):
                 except Exception as exc:  # any retriever failure is an infrastructure error, as search_or_error
                     hits = exc
             elif request.queries and in_thread:  # do not hold up the other episodes on this event loop
-                hits = await loop.run_in_executor(None, search_or_error, env.retriever, request.queries, env.top_k)
+                one = {0: (env.retriever, env.top_k, request.queries)}
+                hits = (await loop.run_in_executor(None, search_round, one))[0]
             elif request.queries:
-                hits = search_or_error(env.retriever, request.queries, env.top_k)
+                hits = search_round({0: (env.retriever, env.top_k, request.queries)})[0]
             _, reward, terminated, truncated, info = env.finish_step(request, hits)
             search_s += time.perf_counter() - started
             reward_terms.append(dict(info["reward_terms"]))

@@ -27,11 +27,11 @@ from agents.reader import (
     tokenize,
 )
 from agents.sb3.features import CLIP, QuestionEmbedder
-from searchenv.env import search_or_error
 from searchenv.metrics import normalize_answer
 from searchenv.protocols import Search, sanitize
 from searchenv.retrievers.base import Hit
 from searchenv.rewards import Reward, WeightedReward
+from searchenv.vector import search_round
 
 
 class MacroAction(IntEnum):
@@ -336,7 +336,7 @@ class MacroActionEnv(gym.Wrapper[np.ndarray, int, str, str]):
         elif a is MacroAction.SEARCH_QUESTION:
             self._searched_question = True
         request = self.base.prepare_step(text)
-        hits = search_or_error(self.base.retriever, request.queries, self.base.top_k) if request.queries else None
+        hits = search_round({0: (self.base.retriever, self.base.top_k, request.queries)})[0]
         _, reward, terminated, truncated, info = self.base.finish_step(request, hits)
         self._turn += 1
         if isinstance(request.action, Search):

@@ -205,8 +205,8 @@ def test_saved_episodes_of_other_settings_are_refused(
 
 
 def test_the_episode_log_drops_a_torn_last_line_and_names_bad_lines(tmp_path: Path) -> None:
-    from agents.episode_log import EpisodeLog
-    from agents.reference import EpisodeRecord
+    from agents.baselines import EpisodeRecord
+    from agents.evaluation.episode_log import EpisodeLog
 
     path = tmp_path / "ck" / "rag__bm25.jsonl"
     log = EpisodeLog(path, {"agent": "rag", "top_k": (1,)})

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from agents.evaluate import (
+from agents.baselines import EpisodeRecord
+from agents.evaluation.evaluate import (
     COLUMNS,
     EvalResult,
     compare,
@@ -18,7 +19,6 @@ from agents.evaluate import (
     summarize,
     write_results,
 )
-from agents.reference import EpisodeRecord
 from searchenv.retrievers import retriever_for_corpus
 from tests.conftest import EXAMPLES
 

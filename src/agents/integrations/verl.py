@@ -18,7 +18,7 @@ verl's agent loop workers instantiate the loop per sample and call ``run(samplin
 3. append the generated ids as generated (``response_mask`` 1, their log-probs) and the
    environment's reply encoded once (``response_mask`` 0, log-prob 0); under ``tools`` the reply
    is the chat template's own text between the turns (the end of the assistant message, the
-   ``tool`` message, the next generation prompt: :func:`agents.chat.reply_text`), as in the
+   ``tool`` message, the next generation prompt: :func:`agents.policies.chat.reply_text`), as in the
    rollout engine.
 
 The output's ``reward_score`` is the episode return under the reward preset (verl then skips its
@@ -59,7 +59,7 @@ from uuid import uuid4
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
-from agents.chat import reply_ids, reply_text, template_renderer
+from agents.policies.chat import reply_ids, reply_text, template_renderer
 from searchenv.env import SearchQAEnv, episode_metrics
 from searchenv.envpool import EnvPool
 from searchenv.retrievers.base import Hit

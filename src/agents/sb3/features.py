@@ -21,7 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from agents.reader import tokenize
+from agents.baselines.rule_reader import tokenize
 
 #: Reduced coordinates are clipped to this many standard deviations.
 CLIP = 5.0

@@ -17,7 +17,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from agents.reader import (
+from agents.baselines.rule_reader import (
     RELATION_GROUPS,
     Candidate,
     ExtractorWeights,
@@ -44,7 +44,7 @@ class MacroAction(IntEnum):
             words; for a comparison question, the option not yet searched; before any search, the
             question's entities and relation words.
         ANSWER_EXTRACTED: ``<answer>`` the best candidate span extracted from the retrieved
-            documents (see :mod:`agents.reader`); the closed-book guess if there is none. With a
+            documents (see :mod:`agents.baselines.rule_reader`); the closed-book guess if there is none. With a
             ``reader`` (:class:`MacroActionEnv`), the reader's answer after the searches made.
         ANSWER_CLOSED_BOOK: ``<answer>`` without retrieval: a comparison question's first option,
             else ``unknown``; with a ``reader``, the reader's answer to the question alone.

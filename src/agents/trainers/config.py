@@ -230,7 +230,7 @@ class RLConfig(TrainConfig):
         Raises:
             ValueError: Naming the bad field, its value and the reason.
         """
-        from agents.losses import AGGREGATIONS, KL_ESTIMATORS
+        from agents.trainers.losses import AGGREGATIONS, KL_ESTIMATORS
 
         super().__post_init__()
         _positive_int(self, "batch_size", "epochs", "minibatches")

@@ -29,7 +29,7 @@ every turn parsed), :func:`searchenv.protocols.invalid_share`.
 
 Episodes whose model request failed after its retries are not scored: ``n`` counts the finished
 ones, ``failed`` the others (listed in ``failures`` with the reason). With ``checkpoint_dir``,
-finished episodes are saved after every batch (:mod:`agents.episode_log`), and a run with the
+finished episodes are saved after every batch (:mod:`agents.evaluation.episode_log`), and a run with the
 same settings continues from them: it runs only the episodes not saved (failed ones included),
 at the positions, seeds and batches they had, so its results are those of an uninterrupted run.
 """
@@ -46,8 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agents.baselines import Agent, EpisodeRecord, make_agent, run_agent
 from agents.policies.base import Policy
-from agents.reference import Agent, EpisodeRecord, make_agent, run_agent
 from searchenv.corpus import atomic_write_lines
 from searchenv.env import DEFAULT_MAX_DOC_CHARS, SearchQAEnv
 from searchenv.protocols import Protocol as ActionProtocol
@@ -220,7 +220,7 @@ def evaluate(
     """Run an agent on the first ``n`` questions of a task split and aggregate the scores.
 
     Args:
-        agent: An :class:`~agents.reference.Agent` or a reference agent name.
+        agent: An :class:`~agents.baselines.Agent` or a reference agent name.
         task: Task name, QA JSONL file or examples.
         split: Split of a named task.
         retriever: Retriever name (``bm25``, ``dense``), index folder or instance.
@@ -260,7 +260,7 @@ def evaluate(
     episode_log = None
     saved: dict[int, EpisodeRecord] = {}
     if checkpoint_dir is not None:
-        from agents.episode_log import EpisodeLog
+        from agents.evaluation.episode_log import EpisodeLog
 
         questions = hashlib.sha256(json.dumps([[e.id, e.question] for e in examples]).encode()).hexdigest()[:16]
         settings = {"agent": name, "retriever": ret_label, "task": task_label, "split": split, "n": len(examples),

@@ -2,7 +2,7 @@
 
 An :class:`EpisodeLog` is one JSONL file: the first line holds the settings of the run
 (``{"searchenv_episodes": 1, "settings": {...}}``), then one line per finished episode,
-``{"position": i, "episode": {...}}`` (:meth:`agents.reference.EpisodeRecord.to_dict`), appended
+``{"position": i, "episode": {...}}`` (:meth:`agents.baselines.EpisodeRecord.to_dict`), appended
 and flushed to disk after every batch. A run killed at any moment leaves whole lines and at most
 one torn last line, which the next run drops; a failed episode is not saved, so the next run
 tries it again. Saved episodes of a run with other settings are refused, never mixed in.
@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from agents.reference import EpisodeRecord
+from agents.baselines import EpisodeRecord
 from searchenv.corpus import atomic_write_lines
 from searchenv.jsonsafe import loads
 

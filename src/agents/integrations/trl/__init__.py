@@ -639,7 +639,7 @@ def tool_sft_dataset(make_env: _ToolEnvFactory, n: int | None = None, *, reasoni
 
     A cold start for a model that never called these tools (``GRPOTrainer(environment_factory=...)``
     scores 0 until it does): for each question the oracle agent
-    (:class:`~agents.policies.scripted.OracleAgent`: the gold decomposition, one hop a search) plays
+    (:class:`~agents.baselines.scripted.OracleAgent`: the gold decomposition, one hop a search) plays
     an episode *through the tools* of an instance of ``make_env``, so every tool result is the text
     TRL would get from the same call. A row is a conversation for ``trl.SFTTrainer``:
 
@@ -678,8 +678,8 @@ def tool_sft_dataset(make_env: _ToolEnvFactory, n: int | None = None, *, reasoni
     import json
     import re
 
-    from agents.policies.scripted import OracleAgent
-    from agents.reference import EpisodeState, StepRecord
+    from agents.baselines import EpisodeState, StepRecord
+    from agents.baselines.scripted import OracleAgent
     from searchenv.protocols import Answer, Open, Search
 
     if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):

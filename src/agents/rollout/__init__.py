@@ -25,7 +25,7 @@ The prompt is ``policy.chat_prompt_ids(env.messages()[:2])`` (system + user with
 prompt). Environment text is ``policy.encode(info["new_text"])``; under a protocol of native tool
 calls (``tools``) it is the chat template's own text between the turns instead (the end of the
 assistant message, the ``tool`` reply as the template lays it out, the next generation prompt:
-:func:`agents.chat.reply_text`), so ``prompt_ids + completion_ids`` is the template's rendering of
+:func:`agents.policies.chat.reply_text`), so ``prompt_ids + completion_ids`` is the template's rendering of
 ``env.messages()`` token for token when the turns are written as the template writes calls.
 Rewards and reward terms are per turn; ``rewards[i]`` belongs to ``turn_spans[i]`` (put it on the
 token ``end - 1``).
@@ -46,10 +46,10 @@ from dataclasses import dataclass, field
 from typing import Any, overload
 
 import gymnasium as gym
-import numpy as np
 
-from agents.chat import chat_renderer, reply_ids, reply_text
 from agents.policies.base import Policy
+from agents.policies.chat import chat_renderer, reply_ids, reply_text
+from agents.rollout.seeds import episode_seed
 from searchenv.env import SearchQAEnv, StepRequest
 from searchenv.retrievers.base import Hit, Retriever
 from searchenv.tasks.base import QAExample
@@ -234,12 +234,6 @@ class RolloutBatch(Sequence[EpisodeRecord]):
         for ep in self.episodes:
             out.setdefault(ep.group, []).append(ep)
         return [out[g] for g in sorted(out)]
-
-
-def episode_seed(seed: int, index: int, turn: int | None = None) -> int:
-    """The seed of episode ``index`` (and of its turn ``turn``) in a run seeded with ``seed``."""
-    key = [seed % (1 << 63), index] if turn is None else [seed % (1 << 63), index, turn]
-    return int(np.random.SeedSequence(key).generate_state(1, np.uint64)[0] >> 1)
 
 
 @dataclass(frozen=True)

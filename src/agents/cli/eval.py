@@ -13,7 +13,7 @@ from typing import Any
 
 import typer
 
-from agents.reference import AGENT_NAMES, LLM_AGENTS
+from agents.baselines import AGENT_NAMES, LLM_AGENTS
 
 
 def load_policy(model: str | None, device: str = "auto") -> Any:
@@ -152,7 +152,7 @@ def eval_command(
     """Run agents over the first N questions of a task split and print a comparison table."""
     from rich.console import Console
 
-    from agents.evaluate import EvalResult, compare, rich_table, run_stem, write_results
+    from agents.evaluation.evaluate import EvalResult, compare, rich_table, run_stem, write_results
     from agents.policies.openai_compat import ModelServerError
     from searchenv.cli import check_task_file, data_warnings_to_stderr
     from searchenv.corpus import CorpusFormatError

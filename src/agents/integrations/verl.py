@@ -268,7 +268,7 @@ class SearchQAAgentLoop(AgentLoopBase):
                 final = info
                 break
             # encoded on verl's worker threads, as verl's own loops tokenize (the tokenizer releases the GIL,
-            # so the other episodes go on meanwhile): a reply of three passages is about 0.2 ms of encoding
+            # so the other episodes go on meanwhile)
             if render is not None and info["new_text"]:  # tools: the template's markup around the tool message
                 messages = env.messages()
                 turn = max(i for i, m in enumerate(messages) if m["role"] == "assistant")

@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     policy = None
     load_s = 0.0
     if any(a in LLM for a in agents):
-        from agents.cli.eval import load_policy
+        from agents.trainers.models import load_policy
 
         t0 = time.perf_counter()
         policy = load_policy(args.model)

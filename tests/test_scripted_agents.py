@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agents.baselines import EpisodeRecord, close_answer, make_agent, run_agent, with_system_prompt
+from agents.baselines import EpisodeResult, close_answer, make_agent, run_agent, with_system_prompt
 from agents.baselines.scripted import ABSTAIN, OracleAgent, RandomAgent, oracle_hops
 from searchenv.corpus import write_corpus
 from searchenv.protocols import Answer, Invalid, Search, get_protocol
@@ -29,11 +29,11 @@ def _bm25_without(tmp_path: Path, drop: set[str]):  # type: ignore[no-untyped-de
     return retriever_for_corpus("bm25", path)
 
 
-def _assistant_turns(rec: EpisodeRecord) -> list[str]:
+def _assistant_turns(rec: EpisodeResult) -> list[str]:
     return [m["content"] for m in rec.messages if m["role"] == "assistant"]
 
 
-def _all_valid(records: Sequence[EpisodeRecord], protocol: str = "search-r1") -> None:
+def _all_valid(records: Sequence[EpisodeResult], protocol: str = "search-r1") -> None:
     proto = get_protocol(protocol)
     for rec in records:
         turns = _assistant_turns(rec)

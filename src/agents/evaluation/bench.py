@@ -57,6 +57,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agents.evaluation.summary import mean_or_none as _mean
 from searchenv.corpus import atomic_write_lines
 
 CARD_VERSION = 1
@@ -249,8 +250,6 @@ def token_counter(policy: Any) -> tuple[Callable[[str], int], str]:
     return (lambda text: len(_WORD.findall(text))), "words"
 
 
-def _mean(values: Sequence[float]) -> float | None:
-    return float(sum(values) / len(values)) if values else None
 
 
 def set_metrics(episodes: Sequence[Any], failed: int, judgements: Sequence[Any] | None,
@@ -258,7 +257,7 @@ def set_metrics(episodes: Sequence[Any], failed: int, judgements: Sequence[Any] 
     """One set's row of the card from its finished episodes.
 
     Args:
-        episodes: The finished episodes (:class:`agents.baselines.EpisodeRecord`).
+        episodes: The finished episodes (:class:`agents.baselines.EpisodeResult`).
         failed: Episodes that failed (not scored).
         judgements: One :class:`agents.evaluation.judges.Judgement` per episode, or None without a judge.
         count: Counts the tokens of a text (:func:`token_counter`).

@@ -156,7 +156,7 @@ def oracle_transcripts(cfg: TrainConfig, num: int, retriever: Any = None) -> lis
     """Run the oracle agent on the first ``num`` questions of the configured split.
 
     Returns:
-        ``EpisodeRecord.to_dict()`` per question (``messages`` and ``metrics`` among the keys).
+        ``EpisodeResult.to_dict()`` per question (``messages`` and ``metrics`` among the keys).
     """
     from agents.baselines import run_agent
     from agents.baselines.scripted import OracleAgent

@@ -36,6 +36,10 @@ LLM contexts are kept as token ids: the chat prompt (system + user) from
 ``policy.chat_prompt_ids``, then each turn's generated ids exactly as generated, and between two
 generated turns the text written there (the environment's replies, scripted turns, the answer
 slot's ``<answer>``) encoded as one string; nothing generated is retokenized.
+
+Modules: ``episode`` (the types: :class:`Turn`, :class:`EpisodeState`, :class:`Agent`,
+:class:`EpisodeResult`), ``driver`` (:func:`run_agent`), ``llm`` (:class:`LLMAgent` and its chat
+helpers), ``registry`` (:func:`make_agent`), ``scripted``, ``rule_reader`` and ``searcher``.
 """
 
 from agents.baselines.driver import run_agent

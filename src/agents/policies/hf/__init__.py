@@ -53,6 +53,9 @@ sampled token could only differ where a uniform falls within that rounding of a 
 
 :meth:`HFPolicy.token_logprobs` recomputes per-token log-probs with gradient for training; at the
 same temperature they match the ``logprobs`` reported by :meth:`HFPolicy.generate`.
+
+Modules: ``gguf`` (finding, converting and loading models), ``kv_cache`` (buffers and the prefix
+store), ``sampling``, ``decode`` (the two loops, stop checks, the CUDA-graph step) and ``policy``.
 """
 
 from agents.policies.hf.decode import DecodeLoops

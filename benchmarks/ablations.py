@@ -458,7 +458,7 @@ def by_question_type(arms: dict[str, dict[str, Any]], task: str) -> list[str]:
 
 
 def report(args: argparse.Namespace) -> None:
-    from agents.plot import plot_runs
+    from agents.trainers.plot import plot_runs
 
     RESULTS.mkdir(parents=True, exist_ok=True)
     _committed_results()  # the committed arms, read before this report rewrites any of their files

@@ -192,7 +192,7 @@ def load_policy(threads: int, device: str = "auto") -> Any:
 
 def evaluate_agent(agent: Any, args: argparse.Namespace) -> dict[str, Any]:
     """Episodes of ``agent`` on the first ``n_dev`` dev questions: the row, per-question scores, examples."""
-    from agents.evaluate import evaluate
+    from agents.evaluation.evaluate import evaluate
 
     res = evaluate(
         agent,
@@ -228,7 +228,7 @@ def evaluate_agent(agent: Any, args: argparse.Namespace) -> dict[str, Any]:
 
 def evaluate_policy(policy: Any, args: argparse.Namespace) -> dict[str, Any]:
     """Greedy episodes of the policy (protocol system prompt only) on the first ``n_dev`` dev questions."""
-    from agents.reference import make_agent
+    from agents.baselines import make_agent
 
     agent = make_agent("llm", policy=policy, max_new_tokens=args.max_new_tokens, temperature=0.0)
     was_training = policy.model.training
@@ -241,7 +241,7 @@ def evaluate_policy(policy: Any, args: argparse.Namespace) -> dict[str, Any]:
 
 def baselines_phase(args: argparse.Namespace) -> dict[str, Any]:
     """The agents that do not learn, on the same dev questions and settings as the trained policies."""
-    from agents.reference import LLM_AGENTS, make_agent
+    from agents.baselines import LLM_AGENTS, make_agent
 
     names = [n for n in args.baselines.split(",") if n]
     policy = load_policy(args.threads, args.device) if any(n in LLM_AGENTS for n in names) else None
@@ -339,10 +339,10 @@ def adapters_phase(args: argparse.Namespace, runs: list[str]) -> dict[str, Any]:
     """The full-weight ``runs`` (in training order) as shipped: compressed to adapters, loaded as users load them.
 
     Writes the searcher folder ``args.out / f"searcher_{runs[-1]}"`` (what ``--export-searcher`` copies)
-    and evaluates :func:`agents.searcher.load_searcher` of it on the same dev questions.
+    and evaluates :func:`agents.baselines.searcher.load_searcher` of it on the same dev questions.
     """
+    from agents.baselines.searcher import export_searcher, load_searcher
     from agents.devices import resolve_device
-    from agents.searcher import export_searcher, load_searcher
 
     folder = args.out / f"searcher_{runs[-1]}"
     ranks = args.adapter_ranks[: len(runs)]
@@ -353,7 +353,7 @@ def adapters_phase(args: argparse.Namespace, runs: list[str]) -> dict[str, Any]:
     policy = load_searcher(folder, device=resolve_device(args.device))
     row = evaluate_policy(policy, args)
     size = sum(f.stat().st_size for f in folder.iterdir())
-    from agents.searcher import read_manifest
+    from agents.baselines.searcher import read_manifest
 
     kept = [a.get("energy_kept") for a in read_manifest(folder)["adapters"]]
     steps = sum(int(json.loads((args.out / f"{r}.json").read_text()).get("steps", 0)) for r in runs[-1:])
@@ -419,7 +419,7 @@ def throughput_phase(args: argparse.Namespace) -> dict[str, Any]:
 
     import numpy as np
 
-    from agents.advantages import group_advantages
+    from agents.trainers.advantages import group_advantages
     from agents.trainers.data import task_examples
     from agents.trainers.episodes import run_rollouts
     from agents.trainers.grpo import grpo_update
@@ -573,8 +573,8 @@ def export(args: argparse.Namespace, argv: list[str]) -> None:
     phases ``sft_adapters`` / ``grpo_adapters`` evaluated ships, byte for byte: the GRPO one (SFT
     and GRPO adapters) when it scored at least as well on the dev questions, else the SFT one.
     """
+    from agents.baselines.searcher import PACKAGED, copy_searcher, export_searcher
     from agents.devices import describe, resolve_device
-    from agents.searcher import PACKAGED, copy_searcher, export_searcher
 
     target = args.export_dir or PACKAGED
     scores = {
@@ -610,7 +610,7 @@ def export(args: argparse.Namespace, argv: list[str]) -> None:
 
 
 def write_outputs(args: argparse.Namespace, argv: list[str], wall: float) -> None:
-    from agents.plot import plot_runs
+    from agents.trainers.plot import plot_runs
 
     files = {n: args.out / f"{n}.json" for n in PHASES}
     results = {n: json.loads(f.read_text()) for n, f in files.items() if f.is_file()}

@@ -54,7 +54,7 @@ def main() -> None:
     ap.add_argument("--embedding", action="store_true", help="also the sentences-embedding refiner")
     args = ap.parse_args()
 
-    from agents.evaluate import evaluate
+    from agents.evaluation.evaluate import evaluate
     from searchenv.env import resolve_retriever
     from searchenv.retrievers.quality import evaluate_retrieval
     from searchenv.tasks.base import load_task

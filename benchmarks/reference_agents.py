@@ -23,7 +23,7 @@ from pathlib import Path
 _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 
-from agents.evaluate import COLUMNS, EvalResult, evaluate  # noqa: E402
+from agents.evaluation.evaluate import COLUMNS, EvalResult, evaluate  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 LLM = ("direct", "rag", "iterative", "llm")
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     policy = None
     load_s = 0.0
     if any(a in LLM for a in agents):
-        from agents.cli_eval import load_policy
+        from agents.trainers.models import load_policy
 
         t0 = time.perf_counter()
         policy = load_policy(args.model)
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     if not results:
         md = _write(args, meta, kept, results)
     if args.transcripts is not None:
-        from agents.evaluate import write_results
+        from agents.evaluation.evaluate import write_results
 
         write_results(results, args.transcripts)
     print(md)

@@ -110,9 +110,9 @@ def run_cost(config: ControllerConfig, cache: Path) -> dict[str, Any]:
 
 def precompute(args: argparse.Namespace) -> None:
     """The trained searcher's answers for every state the controller can reach (train and dev)."""
+    from agents.baselines.searcher import load_searcher
     from agents.sb3 import HashingEncoder, QuestionEmbedder
     from agents.sb3.reader import precompute_reader_answers, reader_states
-    from agents.searcher import load_searcher
 
     config = ControllerConfig(task=args.task, max_turns=args.max_turns, max_doc_chars=args.max_doc_chars,
                               train_limit=args.train_limit)

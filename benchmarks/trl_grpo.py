@@ -113,11 +113,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    from agents.baselines import make_agent
+    from agents.baselines.searcher import PACKAGED, load_searcher, read_manifest
     from agents.devices import describe, resolve_device
     from agents.integrations.trl import SearchQARollout, reward_functions
     from agents.policies.hf import HFPolicy
-    from agents.reference import make_agent
-    from agents.searcher import PACKAGED, load_searcher, read_manifest
 
     torch.set_num_threads(args.threads)
     device = resolve_device(args.device)

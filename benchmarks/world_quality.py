@@ -9,7 +9,7 @@ For each named synthetic task (dev split), with our BM25 retriever (top 5):
 - **Single shot**: search the full question once; the share of questions whose gold
   evidence for every hop is in the top 5. Bridge questions should score clearly lower,
   since the bridge entities are not named in the question.
-- **Reader from question search**: the rule-based reader (:mod:`agents.reader`) answers from
+- **Reader from question search**: the rule-based reader (:mod:`agents.baselines.rule_reader`) answers from
   the top ``--reader-k`` passages of one search with the question: what copying a span from the
   first results gets without reading who each sentence is about. Should sit well below oracle.
 - **Reader on gold passages**: the same reader handed the canonical gold passage of every hop
@@ -32,7 +32,7 @@ _HERE = Path(__file__).resolve().parent
 # Python puts this folder first on sys.path; keep it last so a script here can never shadow a package.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE] + [str(_HERE)]
 from _common import write_results  # noqa: E402
-from agents.reader import extract_candidates  # noqa: E402
+from agents.baselines.rule_reader import extract_candidates  # noqa: E402
 from searchenv.corpus import iter_corpus  # noqa: E402
 from searchenv.retrievers.base import Hit, Retriever  # noqa: E402
 from searchenv.tasks.base import QAExample, load_task  # noqa: E402
@@ -144,7 +144,8 @@ def main() -> None:
         "",
         "Goals: oracle EM >= 98% on every task; single shot clearly lower on bridge questions; the reader",
         "from question search well below oracle (the text has to be read, not copied from a fixed slot).",
-        "The reader is `agents.reader.extract_candidates` (rules, nothing learned), taking its best candidate.",
+        "The reader is `agents.baselines.rule_reader.extract_candidates` (rules, nothing learned), "
+        "taking its best candidate.",
         "Build times (first use, 2 CPU cores): "
         + ", ".join(f"{r['task']} {r['load_or_build_s']} s + BM25 {r['bm25_index_s']} s" for r in results),
     ]

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents.advantages import discounted_returns, gae, group_advantages
+from agents.trainers.advantages import discounted_returns, gae, group_advantages
 
 REWARDS = [1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0]
 GROUPS = [0, 0, 0, 0, 1, 1, 1, 1]

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents.policies.scripted import HeuristicAgent, OracleAgent
-from agents.reference import run_agent
+from agents.baselines import run_agent
+from agents.baselines.scripted import HeuristicAgent, OracleAgent
 from searchenv.env import SearchQAEnv, episode_metrics
 from searchenv.protocols import Answer, Invalid, Open, Search, get_protocol
 from searchenv.retrievers import retriever_for_corpus

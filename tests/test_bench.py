@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from agents.bench import compare_cards, read_card, run_bench
-from agents.reference import EpisodeState, Turn
+from agents.baselines import EpisodeState, Turn
+from agents.evaluation.bench import compare_cards, read_card, run_bench
 from searchenv.cli import get_app
 from searchenv.corpus import CorpusFormatError
 from searchenv.tasks.formats import read_browsecomp_plus, read_trec_qrels

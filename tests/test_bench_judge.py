@@ -20,8 +20,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents.bench import run_bench
-from agents.judges import NONE_LABEL, ChoiceAnswerJudge, parse_choice, parse_verdict
+from agents.evaluation.bench import run_bench
+from agents.evaluation.judges import NONE_LABEL, ChoiceAnswerJudge, parse_choice, parse_verdict
 from agents.policies.base import Generation
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -180,7 +180,7 @@ class Answering:
         return protocol
 
     def act(self, episodes: Sequence[Any], *, seed: int) -> list[Any]:
-        from agents.reference import Turn
+        from agents.baselines import Turn
 
         return [Turn(f"<answer> {self.answers[ep.example.id]} </answer>") for ep in episodes]
 

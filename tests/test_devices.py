@@ -75,7 +75,7 @@ def test_forward_logprobs_moves_a_host_batch_to_the_model_and_keeps_the_numbers(
 
 @pytest.mark.parametrize("decode", ["dynamic", "static"])
 def test_generation_and_judges_on_the_device(decode: str) -> None:
-    from agents.judges import PolicyAnswerJudge, PolicyRelevanceJudge
+    from agents.evaluation.judges import PolicyAnswerJudge, PolicyRelevanceJudge
 
     prompts = [_sample(tiny_policy(seed=0)).ids, _sample(tiny_policy(seed=0)).ids[:-4]]
     kwargs = {"stop": ["</answer>"], "max_new_tokens": 6, "temperature": 1.0, "seed": [3, 4]}

@@ -205,13 +205,13 @@ def test_saved_episodes_of_other_settings_are_refused(
 
 
 def test_the_episode_log_drops_a_torn_last_line_and_names_bad_lines(tmp_path: Path) -> None:
-    from agents.episode_log import EpisodeLog
-    from agents.reference import EpisodeRecord
+    from agents.baselines import EpisodeResult
+    from agents.evaluation.episode_log import EpisodeLog
 
     path = tmp_path / "ck" / "rag__bm25.jsonl"
     log = EpisodeLog(path, {"agent": "rag", "top_k": (1,)})
-    rec = EpisodeRecord("q0", "Where?", ["Ostrava"], "Ostrava", [{"role": "user", "content": "q"}], [], {"em": 1.0})
-    failed = EpisodeRecord("q1", "Where?", ["Brno"], None, [], [], {}, "model server timed out")
+    rec = EpisodeResult("q0", "Where?", ["Ostrava"], "Ostrava", [{"role": "user", "content": "q"}], [], {"em": 1.0})
+    failed = EpisodeResult("q1", "Where?", ["Brno"], None, [], [], {}, "model server timed out")
     log.append([(0, rec), (1, failed)])  # a failed episode is not saved: the next run tries it again
     with path.open("ab") as f:
         f.write(b'{"position": 2, "episode": {"exam')  # killed while writing

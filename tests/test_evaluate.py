@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from agents.evaluate import (
+from agents.baselines import EpisodeResult
+from agents.evaluation.evaluate import (
     COLUMNS,
     EvalResult,
     compare,
@@ -18,12 +19,11 @@ from agents.evaluate import (
     summarize,
     write_results,
 )
-from agents.reference import EpisodeRecord
 from searchenv.retrievers import retriever_for_corpus
 from tests.conftest import EXAMPLES
 
 
-def _episode(i: int, **metrics: Any) -> EpisodeRecord:
+def _episode(i: int, **metrics: Any) -> EpisodeResult:
     base = {
         "em": 0.0,
         "f1": 0.0,
@@ -39,7 +39,7 @@ def _episode(i: int, **metrics: Any) -> EpisodeRecord:
         "infra_errors": 0,
     }
     base.update(metrics)
-    return EpisodeRecord(f"e{i}", f"question {i}?", ["gold"], "x", [], [], base)
+    return EpisodeResult(f"e{i}", f"question {i}?", ["gold"], "x", [], [], base)
 
 
 def test_summarize_means_on_constructed_episodes() -> None:

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents.judges import PolicyAnswerJudge, PolicyRelevanceJudge, parse_relevance_score, parse_verdict
+from agents.evaluation.judges import PolicyAnswerJudge, PolicyRelevanceJudge, parse_relevance_score, parse_verdict
 from searchenv.retrievers.base import Hit
 from searchenv.verifiers import JudgeVerifier
 

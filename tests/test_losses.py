@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from agents.losses import (
+from agents.trainers.losses import (
     aggregate,
     clipped_policy_loss,
     kl_estimate,

@@ -228,7 +228,7 @@ def test_chat_messages_are_checked(scripted: Scripted) -> None:
 
 
 def test_rag_agent_on_a_chat_policy_sends_the_transcript_as_messages(scripted: Scripted, tmp_path: Any) -> None:
-    from agents.reference import make_agent, run_agent
+    from agents.baselines import make_agent, run_agent
     from searchenv.retrievers.bm25 import BM25Retriever
 
     url, handler = scripted
@@ -311,7 +311,7 @@ def _tool_reply(name: str, arguments: str, call_id: str, content: str | None = N
 
 
 def test_llm_agent_calls_tools_natively_on_a_chat_policy(scripted: Scripted, tmp_path: Any) -> None:
-    from agents.reference import make_agent, run_agent
+    from agents.baselines import make_agent, run_agent
     from searchenv.retrievers.bm25 import BM25Retriever
 
     url, handler = scripted
@@ -355,7 +355,7 @@ def test_tool_calls_come_back_as_the_protocols_text(scripted: Scripted) -> None:
 
 def test_calls_a_server_left_as_text_go_back_as_text(scripted: Scripted, tmp_path: Any) -> None:
     """A server without a tool-call parser for the model (transformers serve with SmolLM2) returns the call as text."""
-    from agents.reference import make_agent, run_agent
+    from agents.baselines import make_agent, run_agent
     from searchenv.retrievers.bm25 import BM25Retriever
 
     url, handler = scripted

@@ -233,7 +233,7 @@ def _same(a: Generation, b: Generation) -> bool:
 
 def test_rag_with_retrieved_documents_served_equals_in_process(served: tuple[str, str],
                                                                hotpot: tuple[list[Any], Any]) -> None:
-    from agents.reference import make_agent, run_agent
+    from agents.baselines import make_agent, run_agent
 
     url, folder = served
     examples, retriever = hotpot
@@ -258,7 +258,7 @@ def test_rag_with_retrieved_documents_served_equals_in_process(served: tuple[str
 def searcher_served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, Any]]:
     """The packaged searcher in process and, saved with its adapters merged, behind ``transformers serve``."""
     pytest.importorskip("peft")
-    from agents.searcher import load_searcher
+    from agents.baselines.searcher import load_searcher
 
     _model_folder(tmp_path_factory)
     policy = load_searcher()
@@ -276,7 +276,7 @@ def test_searcher_prompts_served_equal_in_process_wherever_the_server_gets_the_s
     where an environment reply ends in a blank line and the model's turn follows ("\\n\\n" was one
     token when the model read it, "\\n" "\\n" in the re-encoded text: from the third turn on) it sees
     other ids; every other prompt, documents included, is the same ids and gets the same output."""
-    from agents.reference import LLMAgent, run_agent
+    from agents.baselines import LLMAgent, run_agent
 
     url, folder, policy = searcher_served
     examples, retriever = hotpot

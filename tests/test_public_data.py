@@ -321,7 +321,7 @@ def test_split_a_converted_file_into_train_and_held_out_questions(tmp_path: Path
 
 
 def test_the_oracle_reads_the_titles_of_files_converted_before_evidence_titles(tmp_path: Path) -> None:
-    from agents.policies.scripted import oracle_hops
+    from agents.baselines.scripted import oracle_hops
 
     qa, _ = _convert(tmp_path, "dev", HOTPOT_DEV)
     older = []

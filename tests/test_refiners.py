@@ -109,7 +109,7 @@ def test_eval_retrieval_cli_adds_refined_rows(tmp_path: Any, corpus_file: Any, q
 
 
 def test_eval_reports_the_characters_an_agent_read(tmp_path: Any) -> None:
-    from agents.evaluate import evaluate
+    from agents.evaluation.evaluate import evaluate
     from searchenv.retrievers.bm25 import BM25Retriever
 
     from .conftest import DOCS

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agents.reader import analyse_question, question_options
+from agents.baselines.rule_reader import analyse_question, question_options
 from agents.sb3 import (
     FEATURE_NAMES,
     HashingEncoder,

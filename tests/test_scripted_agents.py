@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agents.policies.scripted import ABSTAIN, OracleAgent, RandomAgent, oracle_hops
-from agents.reference import EpisodeRecord, close_answer, make_agent, run_agent, with_system_prompt
+from agents.baselines import EpisodeResult, close_answer, make_agent, run_agent, with_system_prompt
+from agents.baselines.scripted import ABSTAIN, OracleAgent, RandomAgent, oracle_hops
 from searchenv.corpus import write_corpus
 from searchenv.protocols import Answer, Invalid, Search, get_protocol
 from searchenv.retrievers import retriever_for_corpus
@@ -29,11 +29,11 @@ def _bm25_without(tmp_path: Path, drop: set[str]):  # type: ignore[no-untyped-de
     return retriever_for_corpus("bm25", path)
 
 
-def _assistant_turns(rec: EpisodeRecord) -> list[str]:
+def _assistant_turns(rec: EpisodeResult) -> list[str]:
     return [m["content"] for m in rec.messages if m["role"] == "assistant"]
 
 
-def _all_valid(records: Sequence[EpisodeRecord], protocol: str = "search-r1") -> None:
+def _all_valid(records: Sequence[EpisodeResult], protocol: str = "search-r1") -> None:
     proto = get_protocol(protocol)
     for rec in records:
         turns = _assistant_turns(rec)
@@ -242,7 +242,7 @@ def test_free_form_llm_agents_run_through_the_env(tiny, bm25, name: str) -> None
 
 
 def test_llm_agent_context_keeps_generated_ids_as_generated(tiny, bm25) -> None:  # type: ignore[no-untyped-def]
-    from agents.reference import EpisodeState, LLMAgent
+    from agents.baselines import EpisodeState, LLMAgent
 
     agent = LLMAgent("llm", tiny, max_new_tokens=6)
     proto = get_protocol("search-r1")
@@ -258,7 +258,7 @@ def test_llm_agent_context_keeps_generated_ids_as_generated(tiny, bm25) -> None:
 
 
 def test_eval_table_with_llm_agents(tiny, corpus_file: Path) -> None:  # type: ignore[no-untyped-def]
-    from agents.evaluate import compare, markdown_table
+    from agents.evaluation.evaluate import compare, markdown_table
 
     results = compare(
         ["direct", "rag", "llm"], ["bm25"], task=EXAMPLES[:2], corpus=corpus_file, policy=tiny,
@@ -273,7 +273,7 @@ def test_eval_table_with_llm_agents(tiny, corpus_file: Path) -> None:  # type: i
 def test_heuristic_agent_reads_only_the_question_and_what_it_retrieved(tmp_path: Path) -> None:
     from dataclasses import replace
 
-    from agents.policies.scripted import HeuristicAgent
+    from agents.baselines.scripted import HeuristicAgent
     from searchenv.tasks.base import read_qa_jsonl
     from searchenv.tasks.synthetic import QuestionConfig, SyntheticTaskConfig, write_world
     from searchenv.tasks.world.world import WorldConfig
@@ -319,7 +319,7 @@ def test_heuristic_agent_reads_only_the_question_and_what_it_retrieved(tmp_path:
     ],
 )
 def test_estimate_hops(question: str, hops: int) -> None:
-    from agents.reader import estimate_hops
+    from agents.baselines.rule_reader import estimate_hops
 
     assert estimate_hops(question) == hops
 
@@ -344,7 +344,7 @@ def test_oracle_searches_independent_hops_together_under_multi_query(bm25) -> No
 
 
 def test_heuristic_searches_a_comparisons_options_together_under_multi_query(bm25) -> None:  # type: ignore[no-untyped-def]
-    from agents.policies.scripted import HeuristicAgent
+    from agents.baselines.scripted import HeuristicAgent
 
     q3 = next(e for e in EXAMPLES if e.id == "q3")
     mq = run_agent(HeuristicAgent(), [q3], bm25, protocol="multi-query")[0]

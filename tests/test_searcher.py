@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from agents.searcher import SearcherNotFoundError, export_searcher, load_searcher, read_manifest
+from agents.baselines.searcher import SearcherNotFoundError, export_searcher, load_searcher, read_manifest
 from agents.trainers.models import load_weights
 from agents.trainers.sft import SFTConfig, train_sft
 from tests.tiny_model import tiny_policy
@@ -148,9 +148,9 @@ def _wider_policy():  # type: ignore[no-untyped-def]
 
 @pytest.mark.slow
 def test_the_packaged_searcher_runs_as_a_reference_agent() -> None:
+    from agents.baselines import make_agent, run_agent
+    from agents.baselines.searcher import PACKAGED
     from agents.policies.hf import packaged_gguf_path
-    from agents.reference import make_agent, run_agent
-    from agents.searcher import PACKAGED
     from searchenv.protocols import Invalid, get_protocol
     from searchenv.retrievers import retriever_for_corpus
     from searchenv.tasks.base import load_task

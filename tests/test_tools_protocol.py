@@ -225,8 +225,8 @@ def test_observations_stay_in_the_observation_space(make_env: Any, turns: list[s
 
 
 def test_oracle_solves_the_tiny_world_under_tools_as_under_search_r1(make_env: Any) -> None:
-    from agents.policies.scripted import OracleAgent
-    from agents.reference import run_agent
+    from agents.baselines import run_agent
+    from agents.baselines.scripted import OracleAgent
 
     retriever = make_env().retriever
     runs = {
@@ -242,8 +242,8 @@ def test_oracle_solves_the_tiny_world_under_tools_as_under_search_r1(make_env: A
 
 
 def test_reward_presets_and_refiners_pay_the_oracle_as_under_search_r1(make_env: Any) -> None:
-    from agents.policies.scripted import OracleAgent
-    from agents.reference import run_agent
+    from agents.baselines import run_agent
+    from agents.baselines.scripted import OracleAgent
     from searchenv.rewards import preset_names
 
     retriever = make_env().retriever
@@ -262,8 +262,8 @@ def test_reward_presets_and_refiners_pay_the_oracle_as_under_search_r1(make_env:
 
 def test_rag_scaffold_answers_with_a_call_under_tools(make_env: Any) -> None:
     """``rag`` writes its search and its answer slot in tags; under ``tools`` both reach the environment as calls."""
+    from agents.baselines import make_agent, run_agent
     from agents.policies.base import Generation
-    from agents.reference import make_agent, run_agent
 
     class Says:  # continues every prompt with the answer, as a model in the answer slot
         def generate(self, prompts: Any, **kwargs: Any) -> list[Generation]:

@@ -11,8 +11,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from agents.chat import reply_ids, reply_text, template_renderer  # noqa: E402
 from agents.policies.base import Generation  # noqa: E402
+from agents.policies.chat import reply_ids, reply_text, template_renderer  # noqa: E402
 from agents.policies.hf import HFPolicy  # noqa: E402
 from agents.rollout import RolloutEngine  # noqa: E402
 from searchenv.protocols import Answer, Search, get_protocol  # noqa: E402
@@ -166,7 +166,7 @@ def test_trl_rollout_func_keeps_the_templates_ids(tools_policy: HFPolicy, corpus
 
 @pytest.mark.parametrize("eos", [False, True])
 def test_llm_agent_contexts_are_the_templates_rendering(tools_policy: HFPolicy, make_env: Any, eos: bool) -> None:
-    from agents.reference import LLMAgent, run_agent
+    from agents.baselines import LLMAgent, run_agent
     from tests.conftest import EXAMPLES
 
     env = make_env(protocol="tools")
@@ -180,8 +180,8 @@ def test_llm_agent_contexts_are_the_templates_rendering(tools_policy: HFPolicy, 
 
 def test_parse_telemetry_in_trainer_metrics_eval_rows_and_episode_metrics(tools_policy: HFPolicy,
                                                                          make_env: Any) -> None:
-    from agents.evaluate import summarize
-    from agents.reference import LLMAgent, run_agent
+    from agents.baselines import LLMAgent, run_agent
+    from agents.evaluation.evaluate import summarize
     from agents.trainers.episodes import episode_from_record, episode_metrics
     from searchenv.env import episode_metrics as env_episode_metrics
     from tests.conftest import EXAMPLES
@@ -202,8 +202,8 @@ def test_parse_telemetry_in_trainer_metrics_eval_rows_and_episode_metrics(tools_
 
 def test_sft_lays_tools_demonstrations_out_as_the_template_renders_them(tools_policy: HFPolicy,
                                                                         make_env: Any) -> None:
-    from agents.policies.scripted import OracleAgent
-    from agents.reference import run_agent
+    from agents.baselines import run_agent
+    from agents.baselines.scripted import OracleAgent
     from agents.trainers.sft import messages_to_sample
     from tests.conftest import EXAMPLES
 

@@ -132,7 +132,7 @@ def test_plot_keeps_each_runs_colour_in_every_panel(tmp_path: Path, monkeypatch:
     """A run without a panel's metric (only PPO logs value loss) must not hand its colour to another run."""
     import matplotlib.axes
 
-    from agents.plot import plot_runs
+    from agents.trainers.plot import plot_runs
 
     ppo, grpo = tmp_path / "ppo", tmp_path / "grpo"
     for run, extra in ((ppo, "vf_loss"), (grpo, "zero_variance_groups")):
@@ -201,10 +201,9 @@ def test_eval_runs_a_trained_model_from_its_run_folder_with_every_lora_phase(tmp
     """SFT (LoRA) then GRPO (LoRA, init_from the SFT run): ``--model RUN`` gets both phases, in order."""
     import torch
 
-    from agents.cli_eval import load_policy
     from agents.policies.hf import HFPolicy
     from agents.trainers.checkpoints import CheckpointError
-    from agents.trainers.models import load_trained_policy, load_weights
+    from agents.trainers.models import load_policy, load_trained_policy, load_weights
 
     _tiny_run_inputs(tmp_path)
     common = ["--set", f"model={tmp_path / 'model'}", "--set", f"task={tmp_path / 'qa.jsonl'}",

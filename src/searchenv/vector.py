@@ -20,15 +20,22 @@ the environment's spec names this class as its ``vector_entry_point``.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
-from typing import Any
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from searchenv.env import SearchQAEnv, StepRequest, search_or_error
-from searchenv.retrievers.base import Hit
+from searchenv.retrievers.base import Hit, Retriever
+
+_K = TypeVar("_K")
+
+#: One member's answer from :func:`search_round`: one hit list per query, the exception of its group's
+#: failed ``search_batch`` call (the step becomes an infrastructure error), or None without queries.
+SearchResult = list[list[Hit]] | Exception | None
 
 _MODES = {
     "next_step": AutoresetMode.NEXT_STEP,
@@ -211,27 +218,59 @@ class SearchQAVectorEnv(VectorEnv):
         return tuple(self._obs), rewards, terminated, truncated, infos
 
     def _search(self, requests: Mapping[int, StepRequest]) -> dict[int, list[list[Hit]] | Exception]:
-        groups: dict[tuple[int, int], list[int]] = {}
-        for i, request in requests.items():
-            if request.queries:
-                env = self.envs[i]
-                groups.setdefault((id(env.retriever), env.top_k), []).append(i)
-        out: dict[int, list[list[Hit]] | Exception] = {}
-        for (_, k), members in groups.items():
-            queries = [q for i in members for q in requests[i].queries]
+        def count(queries: int, seconds: float) -> None:
             self.search_calls += 1
-            hits = search_or_error(self.envs[members[0]].retriever, queries, k)
-            if isinstance(hits, Exception):  # every member's step becomes an infra error
-                out.update((i, hits) for i in members)
-                continue
-            pos = 0
-            for i in members:
-                m = len(requests[i].queries)
-                out[i] = [list(h) for h in hits[pos : pos + m]]
-                pos += m
-        return out
+
+        found = search_round(
+            {i: (self.envs[i].retriever, self.envs[i].top_k, r.queries) for i, r in requests.items()}, on_call=count
+        )
+        return {i: hits for i, hits in found.items() if hits is not None}
 
     def close_extras(self, **kwargs: Any) -> None:
         """Close the sub-environments."""
         for env in self.envs:
             env.close()
+
+
+def search_round(
+    members: Mapping[_K, tuple[Retriever, int, Sequence[str]]],
+    *,
+    on_call: Callable[[int, float], None] | None = None,
+) -> dict[_K, SearchResult]:
+    """The batched search round every multi-episode caller uses: one ``search_batch`` per (retriever, k).
+
+    Members (live episodes) are grouped by retriever object and ``k`` in the order they first
+    appear; each group's queries, member after member, go to ONE :func:`~searchenv.env.search_or_error`
+    call, and the hits are sliced back to their members. A failed call (any exception, a
+    malformed answer) becomes every member's result of that group, so each of their steps
+    turns into an infrastructure error in ``finish_step``; other groups are unaffected.
+
+    Args:
+        members: Per member key: ``(retriever, k, queries)``; a member without queries is not searched.
+        on_call: Called after each ``search_batch`` call with its number of queries and its wall
+            seconds (slicing included), for the caller's counters.
+
+    Returns:
+        Per member key, in the order of ``members``: its hit lists (one fresh list per query),
+        the group's exception, or None for a member without queries.
+    """
+    groups: dict[tuple[int, int], list[_K]] = {}
+    for key, (retriever, k, queries) in members.items():
+        if queries:
+            groups.setdefault((id(retriever), k), []).append(key)
+    out: dict[_K, SearchResult] = dict.fromkeys(members)
+    for (_, k), keys in groups.items():
+        queries = [q for key in keys for q in members[key][2]]
+        started = time.perf_counter()
+        hits = search_or_error(members[keys[0]][0], queries, k)
+        if isinstance(hits, Exception):  # every member's step becomes an infra error
+            out.update((key, hits) for key in keys)
+        else:
+            pos = 0
+            for key in keys:
+                m = len(members[key][2])
+                out[key] = [list(h) for h in hits[pos : pos + m]]
+                pos += m
+        if on_call is not None:
+            on_call(len(queries), time.perf_counter() - started)
+    return out

@@ -18,7 +18,7 @@ verl's agent loop workers instantiate the loop per sample and call ``run(samplin
 3. append the generated ids as generated (``response_mask`` 1, their log-probs) and the
    environment's reply encoded once (``response_mask`` 0, log-prob 0); under ``tools`` the reply
    is the chat template's own text between the turns (the end of the assistant message, the
-   ``tool`` message, the next generation prompt: :func:`agents.chat.reply_text`), as in the
+   ``tool`` message, the next generation prompt: :func:`agents.policies.chat.reply_text`), as in the
    rollout engine.
 
 The output's ``reward_score`` is the episode return under the reward preset (verl then skips its
@@ -59,12 +59,13 @@ from uuid import uuid4
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
-from agents.chat import reply_ids, reply_text, template_renderer
-from searchenv.env import SearchQAEnv, episode_metrics, search_or_error
+from agents.policies.chat import reply_ids, reply_text, template_renderer
+from searchenv.env import SearchQAEnv, episode_metrics
 from searchenv.envpool import EnvPool
 from searchenv.retrievers.base import Hit
 from searchenv.retrievers.batching import MicroBatcher
 from searchenv.tasks.rows import example_from_row
+from searchenv.vector import search_round
 
 _ENV_KEYS = frozenset({"retriever", "corpus", "protocol", "reward", "top_k", "max_turns", "max_doc_chars"})
 _LOOP_KEYS = frozenset({"max_new_tokens", "batch_searches", "search_in_thread"})
@@ -255,9 +256,10 @@ class SearchQAAgentLoop(AgentLoopBase):
                 except Exception as exc:  # any retriever failure is an infrastructure error, as search_or_error
                     hits = exc
             elif request.queries and in_thread:  # do not hold up the other episodes on this event loop
-                hits = await loop.run_in_executor(None, search_or_error, env.retriever, request.queries, env.top_k)
+                one = {0: (env.retriever, env.top_k, request.queries)}
+                hits = (await loop.run_in_executor(None, search_round, one))[0]
             elif request.queries:
-                hits = search_or_error(env.retriever, request.queries, env.top_k)
+                hits = search_round({0: (env.retriever, env.top_k, request.queries)})[0]
             _, reward, terminated, truncated, info = env.finish_step(request, hits)
             search_s += time.perf_counter() - started
             reward_terms.append(dict(info["reward_terms"]))
@@ -266,7 +268,7 @@ class SearchQAAgentLoop(AgentLoopBase):
                 final = info
                 break
             # encoded on verl's worker threads, as verl's own loops tokenize (the tokenizer releases the GIL,
-            # so the other episodes go on meanwhile): a reply of three passages is about 0.2 ms of encoding
+            # so the other episodes go on meanwhile)
             if render is not None and info["new_text"]:  # tools: the template's markup around the tool message
                 messages = env.messages()
                 turn = max(i for i, m in enumerate(messages) if m["role"] == "assistant")

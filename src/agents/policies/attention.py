@@ -4,8 +4,8 @@ Models such as SmolLM2 and Llama share each key/value head among several query h
 padding mask (every batched rollout and training batch has one), transformers' ``sdpa`` attention
 repeats the keys and values once per query head before calling
 :func:`torch.nn.functional.scaled_dot_product_attention` (``repeat_kv``): for a batch of 32
-episodes with 300 positions that is a fresh 22 MB copy per layer and tensor (SmolLM2-135M), which profiling showed
-to be about 40% of the prefill time of a rollout on two CPU cores. PyTorch's CPU kernels take the
+episodes that is a fresh copy per layer and tensor, a large share of a rollout's prefill time on a
+CPU when profiled. PyTorch's CPU kernels take the
 grouped heads directly (``enable_gqa=True``), with the same result bit for bit in the forward pass.
 
 :func:`use_grouped_sdpa` switches a model whose attention is ``sdpa`` to the attention function

@@ -16,7 +16,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from agents.reader import Candidate, ExtractorWeights, capitalized_spans, closed_book_guess, extract_candidates
+from agents.baselines.rule_reader import (
+    Candidate,
+    ExtractorWeights,
+    capitalized_spans,
+    closed_book_guess,
+    extract_candidates,
+)
 from agents.sb3.features import HashingEncoder, QuestionEmbedder
 from agents.sb3.wrapper import FEATURE_NAMES, MacroAction, MacroActionEnv, frugal_reward, make_macro_env
 

@@ -17,23 +17,20 @@ import os
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 
-from agents.reader import tokenize
+from agents.baselines.rule_reader import tokenize
+from searchenv.encoders import EncoderLike
 
 #: Reduced coordinates are clipped to this many standard deviations.
 CLIP = 5.0
 
 
-@runtime_checkable
-class Encoder(Protocol):
-    """Anything that turns texts into L2-normalised float32 vectors (one row per text)."""
-
-    def encode(self, texts: Sequence[str], batch_size: int = ...) -> np.ndarray:
-        """Encode a batch of texts."""
-        ...
+#: The encoder interface is searchenv's (:class:`searchenv.encoders.EncoderLike`: ``name``, ``dim`` and
+#: ``encode``); the old name is kept.
+Encoder = EncoderLike
 
 
 class HashingEncoder:
@@ -49,6 +46,7 @@ class HashingEncoder:
         if isinstance(dim, bool) or not isinstance(dim, int) or dim < 2:
             raise ValueError(f"dim must be an integer >= 2, got {dim!r}")
         self.dim = dim
+        self.name = f"hashing-{dim}"
 
     def encode(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
         """Encode texts (``batch_size`` is accepted for interface compatibility).

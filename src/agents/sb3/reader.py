@@ -15,7 +15,7 @@ them to the wrapper.
 
 Example::
 
-    from agents.searcher import load_searcher
+    from agents.baselines.searcher import load_searcher
     states = reader_states(env, max_searches=2)
     answers = precompute_reader_answers(states, env.base.examples, load_searcher(), "runs/reader",
                                         retriever=env.base.retriever, top_k=3, max_doc_chars=450)
@@ -154,7 +154,7 @@ def precompute_reader_answers(
 ) -> ReaderAnswers:
     """Run the reader on every state, in batched episodes, and store the answers by chunk.
 
-    Each state is one episode through :func:`agents.reference.run_agent`: the state's searches
+    Each state is one episode through :func:`agents.baselines.run_agent`: the state's searches
     as scripted turns (the same queries, so the same documents and transcript the wrapper's
     environment produces), then one greedy turn the model writes in its own format (a trained
     searcher reasons in ``<think>`` before it answers). Where that turn is not an answer (the
@@ -182,7 +182,7 @@ def precompute_reader_answers(
     Raises:
         ValueError: If a state names an unknown question, or a chunk on disk holds other states.
     """
-    from agents.reference import EpisodeState, LLMAgent, run_agent
+    from agents.baselines import EpisodeState, LLMAgent, run_agent
     from searchenv.corpus import atomic_write_lines
 
     by_id = {ex.id: ex for ex in examples}

@@ -17,7 +17,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from agents.reader import (
+from agents.baselines.rule_reader import (
     RELATION_GROUPS,
     Candidate,
     ExtractorWeights,
@@ -27,11 +27,11 @@ from agents.reader import (
     tokenize,
 )
 from agents.sb3.features import CLIP, QuestionEmbedder
-from searchenv.env import search_or_error
 from searchenv.metrics import normalize_answer
 from searchenv.protocols import Search, sanitize
 from searchenv.retrievers.base import Hit
 from searchenv.rewards import Reward, WeightedReward
+from searchenv.vector import search_round
 
 
 class MacroAction(IntEnum):
@@ -44,7 +44,7 @@ class MacroAction(IntEnum):
             words; for a comparison question, the option not yet searched; before any search, the
             question's entities and relation words.
         ANSWER_EXTRACTED: ``<answer>`` the best candidate span extracted from the retrieved
-            documents (see :mod:`agents.reader`); the closed-book guess if there is none. With a
+            documents (see :mod:`agents.baselines.rule_reader`); the closed-book guess if there is none. With a
             ``reader`` (:class:`MacroActionEnv`), the reader's answer after the searches made.
         ANSWER_CLOSED_BOOK: ``<answer>`` without retrieval: a comparison question's first option,
             else ``unknown``; with a ``reader``, the reader's answer to the question alone.
@@ -336,7 +336,7 @@ class MacroActionEnv(gym.Wrapper[np.ndarray, int, str, str]):
         elif a is MacroAction.SEARCH_QUESTION:
             self._searched_question = True
         request = self.base.prepare_step(text)
-        hits = search_or_error(self.base.retriever, request.queries, self.base.top_k) if request.queries else None
+        hits = search_round({0: (self.base.retriever, self.base.top_k, request.queries)})[0]
         _, reward, terminated, truncated, info = self.base.finish_step(request, hits)
         self._turn += 1
         if isinstance(request.action, Search):

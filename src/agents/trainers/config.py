@@ -98,8 +98,8 @@ class TrainConfig:
     threads: int | None = field(default=None, metadata=_help("torch CPU threads (None: leave as is)."))
 
     #: ``learning_rate`` when none is set: for all weights, and for LoRA adapters (which need a rate
-    #: about ten times higher to learn in as many steps; benchmarks/learning.py measured SFT at 5e-4
-    #: and GRPO at 1e-4 with LoRA). Subclasses set their own.
+    #: a much higher rate to learn in as many steps; ``benchmarks/learning.py`` holds the rates it
+    #: used). Subclasses set their own.
     default_learning_rate: ClassVar[float] = 1e-5
     default_lora_learning_rate: ClassVar[float] = 1e-4
 
@@ -230,7 +230,7 @@ class RLConfig(TrainConfig):
         Raises:
             ValueError: Naming the bad field, its value and the reason.
         """
-        from agents.losses import AGGREGATIONS, KL_ESTIMATORS
+        from agents.trainers.losses import AGGREGATIONS, KL_ESTIMATORS
 
         super().__post_init__()
         _positive_int(self, "batch_size", "epochs", "minibatches")

@@ -123,7 +123,7 @@ def scheduled_questions(policy: Any, examples: Sequence[Any], retriever: Any, cf
 
 def closed_book_protocol(protocol: Any) -> Any:
     """The environment protocol (name or instance) with the closed-book system prompt."""
-    from agents.reference import with_system_prompt
+    from agents.baselines import with_system_prompt
     from searchenv.protocols import get_protocol
 
     base = get_protocol(protocol) if isinstance(protocol, str) else protocol

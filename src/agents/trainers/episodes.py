@@ -26,7 +26,7 @@ class Episode:
         answered: Whether the agent answered.
         infra_error: The retriever failed during the episode (drop from the gradient).
         response_tokens: Tokens the policy generated.
-        record: The rollout engine's :class:`~agents.rollout.EpisodeRecord` it came from.
+        record: The rollout engine's :class:`~agents.rollout.TokenEpisode` it came from.
     """
 
     sample: Sample
@@ -42,6 +42,10 @@ class Episode:
 
 def episode_metrics(episodes: Sequence[Episode]) -> dict[str, Any]:
     """Per-step rollout metrics: reward mean/std (total and per term), EM, searches, lengths.
+
+    Unlike the evaluation aggregates (:mod:`agents.evaluation.summary`), these are over training
+    samples and use :func:`~agents.trainers.metrics.stats` (numpy's mean and std, as the published
+    training curves were computed).
 
     ``invalid_share`` is parse telemetry: the share of the step's turns that were invalid, by code
     (:func:`searchenv.protocols.invalid_share`; empty when every turn parsed).
@@ -112,7 +116,7 @@ def run_rollouts(
 
 
 def episode_from_record(rec: Any) -> Episode:
-    """Convert an :class:`agents.rollout.EpisodeRecord` into an :class:`Episode`.
+    """Convert an :class:`agents.rollout.TokenEpisode` into an :class:`Episode`.
 
     Each turn's reward goes on that turn's last generated token (a turn with no tokens credits
     the latest earlier policy token).

@@ -34,14 +34,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from agents.advantages import SCALINGS, group_advantages
 from agents.devices import model_device
-from agents.losses import aggregate, clipped_policy_loss, kl_estimate
+from agents.rollout.seeds import step_seed
+from agents.trainers.advantages import SCALINGS, group_advantages
 from agents.trainers.checkpoints import restore_training_state, save_training_state, start_run
 from agents.trainers.config import RLConfig, _help
 from agents.trainers.curriculum import DifficultyCache, route_and_roll_out, scheduled_questions
 from agents.trainers.data import DataOrder, task_examples
 from agents.trainers.episodes import episode_metrics, run_rollouts
+from agents.trainers.losses import aggregate, clipped_policy_loss, kl_estimate
 from agents.trainers.metrics import MetricsLog, Timer, last_record, progress_bar, read_metrics
 from agents.trainers.models import init_policy, pad_token_id, trainable_parameters
 from agents.trainers.optim import make_optimizer, make_scheduler
@@ -241,7 +242,7 @@ def train_grpo(
         dropped = rounds = closed_book_groups = 0
         while True:
             need = cfg.batch_size - len(kept_groups) if cfg.dynamic_sampling else cfg.batch_size
-            round_seed = _step_seed(cfg.seed, step) + rounds * 1_000_003
+            round_seed = step_seed(cfg.seed, step) + rounds * 1_000_003
             if cfg.curriculum == "ur2" and cfg.hard_share is not None:
                 qidx = scheduled_questions(policy, examples, retr, cfg, difficulty, order, need, step=step,
                                            seed=round_seed, timer=timer)
@@ -271,7 +272,7 @@ def train_grpo(
         probe_stats = {"probe_groups": 0, "probe_episodes": 0, "probe_em": 0.0}
         if cfg.rex_probes:
             new_probes = _probe_dead_ends(policy, episodes, group_of, set(kept_groups), examples, retr, cfg,
-                                          seed=_step_seed(cfg.seed, step) + 7_777_777, gen=gen, timer=timer,
+                                          seed=step_seed(cfg.seed, step) + 7_777_777, gen=gen, timer=timer,
                                           reward=reward, question_of=question_of)
             for ep, gid in new_probes:
                 episodes.append(ep)
@@ -475,10 +476,6 @@ def _groups_with_signal(episodes: Sequence[Any], base: int) -> tuple[list[int], 
             returns[base + ep.group].append(float(ep.sample.extras["return"]))
     varied = [g for g, r in returns.items() if len(r) >= 2 and max(r) - min(r) > 1e-9]
     return varied, len(returns) - len(varied)
-
-
-def _step_seed(seed: int, step: int) -> int:
-    return (seed * 1_000_003 + step * 7_919 + 1) % (2**31 - 1)
 
 
 def grpo_update(

@@ -13,13 +13,30 @@ from agents.trainers.checkpoints import CHECKPOINT_NAME, CheckpointError, _requi
 from agents.trainers.config import TrainConfig
 
 
-def load_policy(cfg: TrainConfig) -> Any:
-    """Load ``cfg.model`` (``smollm2-135m``, the packaged GGUF, or a transformers model folder) onto ``cfg.device``."""
+def load_policy(model: str | None, device: str | torch.device | None = "auto") -> Any:
+    """Load a language model (offline): the one loader of the eval, bench and train commands.
+
+    Args:
+        model: A packaged model name, a ``.gguf`` file, a transformers model folder, or a
+            training run folder (``searchenv train``: its base model with the trained weights of
+            every phase); None for the packaged SmolLM2-135M-Instruct.
+        device: Where the model runs (see :mod:`agents.devices`; ``auto``: CUDA when available).
+            A run trained on a GPU loads here too: checkpoints are read onto the host first.
+
+    Returns:
+        An :class:`agents.policies.hf.HFPolicy`.
+
+    Raises:
+        ValueError: For an unknown device name or an accelerator this machine lacks.
+    """
     from agents.policies.hf import HFPolicy
 
-    if cfg.threads is not None:
-        torch.set_num_threads(cfg.threads)
-    return HFPolicy.from_pretrained(cfg.model, device=resolve_device(cfg.device))
+    where = resolve_device(device)
+    if model is None:
+        return HFPolicy.smollm2(device=where)
+    if (Path(model) / CHECKPOINT_NAME).is_file():
+        return load_trained_policy(model, device=where)
+    return HFPolicy.from_pretrained(model, device=where)
 
 
 def init_policy(cfg: TrainConfig, policy: Any = None, init_from: str | None = None) -> Any:
@@ -28,11 +45,11 @@ def init_policy(cfg: TrainConfig, policy: Any = None, init_from: str | None = No
     A policy handed in stays on its device under ``device = "auto"`` and is moved to any other
     ``cfg.device``; a loaded one goes to ``cfg.device`` (``auto``: CUDA when available).
     """
+    if cfg.threads is not None:
+        torch.set_num_threads(cfg.threads)
     if policy is None:
-        policy = load_policy(cfg)
+        policy = load_policy(cfg.model, cfg.device)
     else:
-        if cfg.threads is not None:
-            torch.set_num_threads(cfg.threads)
         if cfg.device != "auto":
             target = resolve_device(cfg.device)
             if model_device(policy.model) != target:

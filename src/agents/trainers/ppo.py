@@ -22,9 +22,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from agents.advantages import gae
 from agents.devices import model_device
-from agents.losses import (
+from agents.trainers.advantages import gae
+from agents.trainers.checkpoints import restore_training_state, save_training_state, start_run
+from agents.trainers.config import RLConfig, _help, _positive_int
+from agents.trainers.data import DataOrder, task_examples
+from agents.trainers.episodes import episode_metrics, run_rollouts
+from agents.trainers.losses import (
     aggregate,
     clipped_policy_loss,
     kl_estimate,
@@ -32,10 +36,6 @@ from agents.losses import (
     masked_whiten,
     value_loss,
 )
-from agents.trainers.checkpoints import restore_training_state, save_training_state, start_run
-from agents.trainers.config import RLConfig, _help, _positive_int
-from agents.trainers.data import DataOrder, task_examples
-from agents.trainers.episodes import episode_metrics, run_rollouts
 from agents.trainers.metrics import MetricsLog, Timer, last_record, progress_bar
 from agents.trainers.models import init_policy, pad_token_id, trainable_parameters
 from agents.trainers.optim import make_scheduler

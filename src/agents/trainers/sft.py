@@ -1,7 +1,7 @@
 """Cold-start supervised fine-tuning on search-and-reason demonstrations (R3-RAG's cold start).
 
 Demonstrations are whole episodes in the environment's own protocol: the oracle agent
-(:class:`agents.policies.scripted.OracleAgent`, which follows the gold decomposition) run through
+(:class:`agents.baselines.scripted.OracleAgent`, which follows the gold decomposition) run through
 :class:`~searchenv.env.SearchQAEnv`, or a JSONL file of transcripts (one ``{"messages": [...]}``
 per line, as written by ``searchenv eval``). Each is laid out exactly as a rollout sees it: the
 chat prompt (system + user) from ``policy.chat_prompt_ids``, then each assistant turn's tokens
@@ -25,10 +25,10 @@ import numpy as np
 import torch
 
 from agents.devices import model_device
-from agents.losses import masked_sum
 from agents.trainers.checkpoints import restore_training_state, save_training_state, start_run
 from agents.trainers.config import TrainConfig, _help
 from agents.trainers.data import DataOrder, task_examples
+from agents.trainers.losses import masked_sum
 from agents.trainers.metrics import MetricsLog, Timer, last_record, progress_bar
 from agents.trainers.models import init_policy, pad_token_id, trainable_parameters
 from agents.trainers.optim import make_optimizer, make_scheduler
@@ -82,7 +82,7 @@ def messages_to_sample(policy: Any, messages: Sequence[Mapping[str, str]]) -> Sa
     replies are shown as ``"\n\n" + content + "\n\n"`` (how every tag protocol renders them).
     A ``tools`` transcript (assistant ``tool_calls``, ``tool`` messages with ``tool_call_id``) is
     laid out as the rollout engine lays it out: each turn as the call's text, the replies as the
-    chat template's own markup (:func:`agents.chat.reply_text`).
+    chat template's own markup (:func:`agents.policies.chat.reply_text`).
 
     Args:
         policy: Anything with ``chat_prompt_ids`` and ``encode``.
@@ -115,7 +115,7 @@ def messages_to_sample(policy: Any, messages: Sequence[Mapping[str, str]]) -> Sa
 
 
 def _tool_call_sample(policy: Any, messages: Sequence[Mapping[str, Any]]) -> Sample:
-    """A ``tools`` transcript as the rollout engine lays it out (:mod:`agents.chat`).
+    """A ``tools`` transcript as the rollout engine lays it out (:mod:`agents.policies.chat`).
 
     Each assistant turn is its text as a Hermes/Qwen template writes it
     (:func:`~searchenv.protocols.tool_turn_text`: the reasoning, then the call), trained on; the
@@ -125,7 +125,7 @@ def _tool_call_sample(policy: Any, messages: Sequence[Mapping[str, Any]]) -> Sam
     Raises:
         ValueError: If a reply comes before any turn.
     """
-    from agents.chat import chat_renderer, reply_text
+    from agents.policies.chat import chat_renderer, reply_text
     from searchenv.protocols import tool_turn_text
 
     render = chat_renderer(policy)
@@ -156,10 +156,10 @@ def oracle_transcripts(cfg: TrainConfig, num: int, retriever: Any = None) -> lis
     """Run the oracle agent on the first ``num`` questions of the configured split.
 
     Returns:
-        ``EpisodeRecord.to_dict()`` per question (``messages`` and ``metrics`` among the keys).
+        ``EpisodeResult.to_dict()`` per question (``messages`` and ``metrics`` among the keys).
     """
-    from agents.policies.scripted import OracleAgent
-    from agents.reference import run_agent
+    from agents.baselines import run_agent
+    from agents.baselines.scripted import OracleAgent
 
     examples, retr = task_examples(cfg, retriever)
     records = run_agent(

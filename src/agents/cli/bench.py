@@ -13,9 +13,9 @@ from typing import Any
 
 import typer
 
-from agents.bench import SUITES
-from agents.cli_eval import build_policy, check_model_flags
-from agents.reference import AGENT_NAMES, LLM_AGENTS
+from agents.baselines import AGENT_NAMES, LLM_AGENTS
+from agents.cli.eval import build_policy, check_model_flags
+from agents.evaluation.bench import SUITES
 
 
 def bench_command(
@@ -63,7 +63,7 @@ def bench_command(
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from agents.bench import BenchDataError, run_bench
+    from agents.evaluation.bench import BenchDataError, run_bench
     from agents.policies.openai_compat import ModelServerError
     from searchenv.cli import data_warnings_to_stderr
     from searchenv.corpus import CorpusFormatError
@@ -86,7 +86,7 @@ def bench_command(
         policy = build_policy(model, model_url, served_model, api, concurrency, request_timeout, device, err)
     judge = None
     if judge_url is not None:
-        from agents.judges import ChoiceAnswerJudge
+        from agents.evaluation.judges import ChoiceAnswerJudge
         from agents.policies.openai_compat import OpenAIChatPolicy
 
         try:
@@ -130,7 +130,7 @@ def bench_command(
                 FileNotFoundError) as exc:
             err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
             raise typer.Exit(code=2) from None
-    from agents.bench import card_markdown
+    from agents.evaluation.bench import card_markdown
 
     sys.stdout.write(card_markdown(card))
     err.print(f"wrote {out / 'card.json'} and {out / 'card.md'}", markup=False, highlight=False)
@@ -146,7 +146,7 @@ def compare_cards_command(
     second: Path = typer.Argument(..., help="Another card.json."),
 ) -> None:
     """Say whether two metric cards are comparable: every setting in which they differ, then the averages."""
-    from agents.bench import compare_cards, read_card
+    from agents.evaluation.bench import compare_cards, read_card
 
     try:
         a, b = read_card(first), read_card(second)

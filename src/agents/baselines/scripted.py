@@ -1,6 +1,6 @@
 """Scripted reference agents that need no model: the gold-decomposition oracle and a random agent.
 
-Both implement :class:`agents.reference.Agent` and run through :func:`agents.reference.run_agent`
+Both implement :class:`agents.baselines.Agent` and run through :func:`agents.baselines.run_agent`
 (the same environment, batched retrieval and scoring as every other agent).
 
 Oracle rule (the upper bound, and the source of cold-start SFT demonstrations):
@@ -53,7 +53,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from agents.reference import EpisodeState, Turn
+from agents.baselines.episode import EpisodeState, Turn
 from searchenv.metrics import answer_in_text, normalize_answer
 from searchenv.protocols import Protocol as ActionProtocol
 from searchenv.protocols import sanitize
@@ -347,12 +347,12 @@ class HeuristicAgent(_ScriptedAgent):
     It reads only the question and what the environment returned (never the gold data):
 
     1. Turn 1 searches the question as asked.
-    2. A comparison question (two options, :func:`agents.reader.analyse_question`) then searches
+    2. A comparison question (two options, :func:`agents.baselines.rule_reader.analyse_question`) then searches
        each option not yet searched, with the question's relation words (all of them in one turn
        under a protocol with several queries per turn).
-    3. Otherwise, while fewer searches were made than :func:`agents.reader.estimate_hops` says the
+    3. Otherwise, while fewer searches were made than :func:`agents.baselines.rule_reader.estimate_hops` says the
        question needs, it searches the best new entity of the latest search
-       (:func:`agents.reader.extract_candidates` in ``bridge`` mode) with the question's relation
+       (:func:`agents.baselines.rule_reader.extract_candidates` in ``bridge`` mode) with the question's relation
        words; it stops early when the latest search names no new entity.
     4. It answers with the best candidate the rule-based reader extracts from everything
        retrieved (``answer`` mode; a comparison is resolved from the options' values), or the
@@ -376,7 +376,7 @@ class HeuristicAgent(_ScriptedAgent):
 
     def turn(self, ep: EpisodeState) -> str:
         """The next turn for one episode."""
-        from agents.reader import analyse_question, closed_book_guess, estimate_hops, extract_candidates
+        from agents.baselines.rule_reader import analyse_question, closed_book_guess, estimate_hops, extract_candidates
 
         question = ep.example.question
         searched: list[str] = ep.memory.setdefault("searched_entities", [])

@@ -146,7 +146,7 @@ def plot_command(
     smooth: Annotated[int, typer.Option(help="Moving-average window in steps.", min=1)] = 1,
 ) -> None:
     """Draw the learning curves of one or more runs to a PNG."""
-    from agents.plot import plot_runs
+    from agents.trainers.plot import plot_runs
 
     try:
         path = plot_runs(run_dirs, out, smooth=smooth)

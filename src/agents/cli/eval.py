@@ -13,36 +13,7 @@ from typing import Any
 
 import typer
 
-from agents.reference import AGENT_NAMES, LLM_AGENTS
-
-
-def load_policy(model: str | None, device: str = "auto") -> Any:
-    """Load the language model for the LLM agents (offline).
-
-    Args:
-        model: A packaged model name, a ``.gguf`` file, a transformers model folder, or a
-            training run folder (``searchenv train``: its base model with the trained weights of
-            every phase); None for the packaged SmolLM2-135M-Instruct.
-        device: Where the model runs (see :mod:`agents.devices`; ``auto``: CUDA when available).
-            A run trained on a GPU loads here too: checkpoints are read onto the host first.
-
-    Returns:
-        An :class:`agents.policies.hf.HFPolicy`.
-
-    Raises:
-        ValueError: For an unknown device name or an accelerator this machine lacks.
-    """
-    from agents.devices import resolve_device
-    from agents.policies.hf import HFPolicy
-
-    where = resolve_device(device)
-    if model is None:
-        return HFPolicy.smollm2(device=where)
-    if (Path(model) / "checkpoint.pt").is_file():
-        from agents.trainers.models import load_trained_policy
-
-        return load_trained_policy(model, device=where)
-    return HFPolicy.from_pretrained(model, device=where)
+from agents.baselines.registry import AGENT_NAMES, LLM_AGENTS
 
 
 def check_model_flags(model: str | None, model_url: str | None, served_model: str | None, api: str) -> None:
@@ -79,6 +50,8 @@ def build_policy(model: str | None, model_url: str | None, served_model: str | N
             err.print(f"using {type(policy).__name__} at {policy.url}")
             return policy
         err.print(f"loading model {model or 'SmolLM2-135M-Instruct (packaged)'} ...")
+        from agents.trainers.models import load_policy
+
         policy = load_policy(model, device)
         from agents.devices import describe
 
@@ -152,7 +125,7 @@ def eval_command(
     """Run agents over the first N questions of a task split and print a comparison table."""
     from rich.console import Console
 
-    from agents.evaluate import EvalResult, compare, rich_table, run_stem, write_results
+    from agents.evaluation.evaluate import EvalResult, compare, rich_table, run_stem, write_results
     from agents.policies.openai_compat import ModelServerError
     from searchenv.cli import check_task_file, data_warnings_to_stderr
     from searchenv.corpus import CorpusFormatError
@@ -278,3 +251,16 @@ def eval_command(
 def register(app: typer.Typer) -> None:
     """Add ``eval`` to the ``searchenv`` app."""
     app.command("eval")(eval_command)
+
+
+def __getattr__(name: str) -> Any:
+    """``load_policy``, the one model loader, lives in :mod:`agents.trainers.models` (it imports torch).
+
+    Kept reachable here for code that imported it from the eval command, without importing torch
+    when the command is only registered.
+    """
+    if name == "load_policy":
+        from agents.trainers.models import load_policy
+
+        return load_policy
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

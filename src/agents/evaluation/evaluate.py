@@ -29,7 +29,7 @@ every turn parsed), :func:`searchenv.protocols.invalid_share`.
 
 Episodes whose model request failed after its retries are not scored: ``n`` counts the finished
 ones, ``failed`` the others (listed in ``failures`` with the reason). With ``checkpoint_dir``,
-finished episodes are saved after every batch (:mod:`agents.episode_log`), and a run with the
+finished episodes are saved after every batch (:mod:`agents.evaluation.episode_log`), and a run with the
 same settings continues from them: it runs only the episodes not saved (failed ones included),
 at the positions, seeds and batches they had, so its results are those of an uninterrupted run.
 """
@@ -46,8 +46,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agents.baselines import Agent, EpisodeResult, make_agent, run_agent
+from agents.evaluation.summary import mean as _mean
+from agents.evaluation.summary import metric_means, share
 from agents.policies.base import Policy
-from agents.reference import Agent, EpisodeRecord, make_agent, run_agent
 from searchenv.corpus import atomic_write_lines
 from searchenv.env import DEFAULT_MAX_DOC_CHARS, SearchQAEnv
 from searchenv.protocols import Protocol as ActionProtocol
@@ -72,11 +74,9 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def _mean(values: Sequence[float]) -> float:
-    return float(sum(values) / len(values)) if values else 0.0
 
 
-def summarize(episodes: Sequence[EpisodeRecord], seconds: float) -> dict[str, Any]:
+def summarize(episodes: Sequence[EpisodeResult], seconds: float) -> dict[str, Any]:
     """Aggregate episodes into one table row.
 
     Args:
@@ -97,19 +97,21 @@ def summarize(episodes: Sequence[EpisodeRecord], seconds: float) -> dict[str, An
     m = [e.metrics for e in episodes]
     recalls = [float(x["evidence_recall"]) for x in m if x.get("evidence_recall") is not None]
     n = len(episodes)
+    means = metric_means(m, ("em", "f1", "contains", "searches", "turns", "invalid_turns", "return",
+                             "generated_tokens"))
     return {
         "n": n,
-        "em": _mean([float(x["em"]) for x in m]),
-        "f1": _mean([float(x["f1"]) for x in m]),
-        "contains": _mean([float(x["contains"]) for x in m]),
-        "searches": _mean([float(x["searches"]) for x in m]),
+        "em": means["em"],
+        "f1": means["f1"],
+        "contains": means["contains"],
+        "searches": means["searches"],
         "opens": _mean([float(x.get("opens", 0)) for x in m]),
         "evidence_recall": _mean(recalls) if recalls else None,
-        "turns": _mean([float(x["turns"]) for x in m]),
-        "invalid_turns": _mean([float(x["invalid_turns"]) for x in m]),
-        "answered": _mean([float(bool(x["answered"])) for x in m]),
-        "return": _mean([float(x["return"]) for x in m]),
-        "gen_tokens": _mean([float(x["generated_tokens"]) for x in m]),
+        "turns": means["turns"],
+        "invalid_turns": means["invalid_turns"],
+        "answered": share(m, "answered"),
+        "return": means["return"],
+        "gen_tokens": means["generated_tokens"],
         "chars_read": _mean([float(sum(len(msg["content"]) for msg in e.messages[2:] if msg.get("role") != "assistant"))
                              for e in episodes]),
         "sec_per_q": seconds / n,
@@ -139,7 +141,7 @@ class EvalResult:
     task: str
     split: str
     row: dict[str, Any]
-    episodes: list[EpisodeRecord]
+    episodes: list[EpisodeResult]
     seconds: float
     config: dict[str, Any] = field(default_factory=dict)
     failures: list[dict[str, str]] = field(default_factory=list)
@@ -220,7 +222,7 @@ def evaluate(
     """Run an agent on the first ``n`` questions of a task split and aggregate the scores.
 
     Args:
-        agent: An :class:`~agents.reference.Agent` or a reference agent name.
+        agent: An :class:`~agents.baselines.Agent` or a reference agent name.
         task: Task name, QA JSONL file or examples.
         split: Split of a named task.
         retriever: Retriever name (``bm25``, ``dense``), index folder or instance.
@@ -258,9 +260,9 @@ def evaluate(
     name, ret_label = agent.name, _label(retriever)
     task_label = _label(task) if isinstance(task, str | os.PathLike) else "examples"
     episode_log = None
-    saved: dict[int, EpisodeRecord] = {}
+    saved: dict[int, EpisodeResult] = {}
     if checkpoint_dir is not None:
-        from agents.episode_log import EpisodeLog
+        from agents.evaluation.episode_log import EpisodeLog
 
         questions = hashlib.sha256(json.dumps([[e.id, e.question] for e in examples]).encode()).hexdigest()[:16]
         settings = {"agent": name, "retriever": ret_label, "task": task_label, "split": split, "n": len(examples),
@@ -278,7 +280,7 @@ def evaluate(
     t0 = time.perf_counter()
     failed_so_far = 0
 
-    def save(items: list[tuple[int, EpisodeRecord]]) -> None:
+    def save(items: list[tuple[int, EpisodeResult]]) -> None:
         nonlocal failed_so_far
         failed_so_far += sum(r.error is not None for _, r in items)
         if episode_log is not None:
@@ -297,7 +299,7 @@ def evaluate(
         failed = f", {failed_so_far} failed" if failed_so_far else ""
         log(f"{name} / {ret_label}: {len(saved) + done}/{len(examples)} episodes ({elapsed:.0f} s{left}{failed})")
 
-    ran: list[EpisodeRecord] = []
+    ran: list[EpisodeResult] = []
     if todo:
         ran = run_agent(
             agent,

@@ -14,9 +14,9 @@ layouts (docs/benchmarks.md says where each comes from):
     judgements ``topics-qrels/qrel_evidence.txt`` (TREC qrels).
 
 :func:`run_bench` builds (or reuses) one index of the corpus, runs every set with the same agent
-and settings through :func:`agents.evaluate.evaluate` (finished episodes are saved as they
+and settings through :func:`agents.evaluation.evaluate.evaluate` (finished episodes are saved as they
 complete, so a killed run continues where it stopped), judges the answers when a judge is given
-(:class:`agents.judges.ChoiceAnswerJudge`; verdicts saved too) and returns the **metric card**:
+(:class:`agents.evaluation.judges.ChoiceAnswerJudge`; verdicts saved too) and returns the **metric card**:
 per set and averaged over the sets (the mean of the set means, as the papers' "Avg." column),
 
 ==================  ===============================================================================
@@ -57,6 +57,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agents.evaluation.summary import mean_or_none as _mean
 from searchenv.corpus import atomic_write_lines
 
 CARD_VERSION = 1
@@ -249,8 +250,6 @@ def token_counter(policy: Any) -> tuple[Callable[[str], int], str]:
     return (lambda text: len(_WORD.findall(text))), "words"
 
 
-def _mean(values: Sequence[float]) -> float | None:
-    return float(sum(values) / len(values)) if values else None
 
 
 def set_metrics(episodes: Sequence[Any], failed: int, judgements: Sequence[Any] | None,
@@ -258,9 +257,9 @@ def set_metrics(episodes: Sequence[Any], failed: int, judgements: Sequence[Any] 
     """One set's row of the card from its finished episodes.
 
     Args:
-        episodes: The finished episodes (:class:`agents.reference.EpisodeRecord`).
+        episodes: The finished episodes (:class:`agents.baselines.EpisodeResult`).
         failed: Episodes that failed (not scored).
-        judgements: One :class:`agents.judges.Judgement` per episode, or None without a judge.
+        judgements: One :class:`agents.evaluation.judges.Judgement` per episode, or None without a judge.
         count: Counts the tokens of a text (:func:`token_counter`).
 
     Returns:
@@ -349,9 +348,9 @@ def judge_set(judge: Any, examples: Sequence[Any], episodes: Sequence[Any], path
     """Judge a set's answers, reusing the verdicts saved in ``path`` by the same judge.
 
     Returns:
-        One :class:`agents.judges.Judgement` per episode.
+        One :class:`agents.evaluation.judges.Judgement` per episode.
     """
-    from agents.judges import Judgement
+    from agents.evaluation.judges import Judgement
 
     log = _JudgementLog(path, judge.describe())
     pool = _judge_pool(examples)
@@ -431,7 +430,7 @@ def run_bench(
         data: The folder holding the suite's files in their published layout.
         out: Output folder: ``card.json``, ``card.md``, ``transcripts/<set>.jsonl``; while
             running, ``checkpoints/`` and ``judgements/`` (a rerun continues from them).
-        agent: A reference agent name or an :class:`agents.reference.Agent`.
+        agent: A reference agent name or an :class:`agents.baselines.Agent`.
         corpus: The corpus file (default: its place in ``data``).
         qrels: The qrels file (default: its place in ``data``).
         sets: Run only these sets.
@@ -449,8 +448,8 @@ def run_bench(
         temperature: Sampling temperature of LLM agents.
         max_doc_chars: Characters of each document shown (default: the environment's).
         model: What the model is, for the card (a name, file or URL).
-        judge: A :class:`agents.judges.ChoiceAnswerJudge` (None: no judge accuracy).
-        checkpoint_settings: More settings that make two runs the same (as :func:`agents.evaluate.evaluate`).
+        judge: A :class:`agents.evaluation.judges.ChoiceAnswerJudge` (None: no judge accuracy).
+        checkpoint_settings: More settings that make two runs the same (as :func:`agents.evaluation.evaluate.evaluate`).
         on_progress: Called with (episodes done, episodes in all) over the whole suite.
         log: Called with lines of progress.
         device: Where an agent that loads its own model puts it.
@@ -464,8 +463,8 @@ def run_bench(
         RetrieverError: If the index cannot be built or opened, or belongs to another corpus.
         ValueError: For bad settings, or saved episodes of a run with other settings.
     """
-    from agents.evaluate import evaluate
-    from agents.reference import make_agent
+    from agents.baselines import make_agent
+    from agents.evaluation.evaluate import evaluate
     from searchenv.env import DEFAULT_MAX_DOC_CHARS
 
     spec = SUITES[suite] if isinstance(suite, str) and suite in SUITES else suite
@@ -593,7 +592,7 @@ def read_card(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def _fmt(key: str, value: Any) -> str:
-    from agents.evaluate import format_cell
+    from agents.evaluation.evaluate import format_cell
 
     return format_cell(key, value, METRICS)
 

@@ -2,7 +2,7 @@
 
 An :class:`EpisodeLog` is one JSONL file: the first line holds the settings of the run
 (``{"searchenv_episodes": 1, "settings": {...}}``), then one line per finished episode,
-``{"position": i, "episode": {...}}`` (:meth:`agents.reference.EpisodeRecord.to_dict`), appended
+``{"position": i, "episode": {...}}`` (:meth:`agents.baselines.EpisodeResult.to_dict`), appended
 and flushed to disk after every batch. A run killed at any moment leaves whole lines and at most
 one torn last line, which the next run drops; a failed episode is not saved, so the next run
 tries it again. Saved episodes of a run with other settings are refused, never mixed in.
@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from agents.reference import EpisodeRecord
+from agents.baselines import EpisodeResult
 from searchenv.corpus import atomic_write_lines
 from searchenv.jsonsafe import loads
 
@@ -37,7 +37,7 @@ class EpisodeLog:
         self.path = Path(path)
         self.settings = json.loads(json.dumps(dict(settings)))  # as it reads back: lists, not tuples
 
-    def load(self) -> dict[int, EpisodeRecord]:
+    def load(self) -> dict[int, EpisodeResult]:
         """The episodes saved so far, by position (empty when there is no file).
 
         A torn last line (the run was killed while writing it) is dropped from the file.
@@ -74,7 +74,7 @@ class EpisodeLog:
             raise ValueError(f"{self.path} holds episodes of a run with other settings ({said}); rerun with the "
                              f"settings it was saved with to continue it, or use another --out (or delete the file) "
                              "to start again")
-        out: dict[int, EpisodeRecord] = {}
+        out: dict[int, EpisodeResult] = {}
         for number, line in enumerate(lines[1:], start=2):
             where = f"{self.path}, line {number}"
             item = self._json(line, where)
@@ -84,13 +84,13 @@ class EpisodeLog:
             if isinstance(position, bool) or not isinstance(position, int) or position < 0:
                 raise ValueError(f"{where}, field 'position': expected a non-negative integer, got {position!r}")
             try:
-                out[position] = EpisodeRecord.from_dict(item["episode"])
+                out[position] = EpisodeResult.from_dict(item["episode"])
             except (KeyError, TypeError, ValueError) as exc:
                 raise ValueError(f"{where}, field 'episode': not a saved episode ({type(exc).__name__}: {exc})") \
                     from None
         return out
 
-    def append(self, items: Sequence[tuple[int, EpisodeRecord]]) -> None:
+    def append(self, items: Sequence[tuple[int, EpisodeResult]]) -> None:
         """Save finished episodes (failed ones are left out, to be run again) and flush them to disk."""
         lines = [json.dumps({"position": pos, "episode": rec.to_dict()}, ensure_ascii=False)
                  for pos, rec in items if rec.error is None]

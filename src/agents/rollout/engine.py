@@ -1,39 +1,4 @@
-"""The rollout engine: many SearchQA episodes at once, recorded as token ids for training.
-
-Each round, every live episode gets its next turn from ONE batched ``policy.generate`` call (its
-prompt is the chat prompt plus every token of the episode so far, exactly as generated or
-inserted, never re-tokenized), each turn is parsed with ``env.prepare_step``, the queries of all
-episodes go to ONE ``retriever.search_batch`` call, and the hits are handed back with
-``env.finish_step``. A free slot takes the next waiting episode at the start of a round
-(continuous batching), so the batch stays full when episodes end at different turns::
-
-    from agents.policies.hf import HFPolicy
-    from agents.rollout import rollout
-
-    policy = HFPolicy.smollm2()
-    batch = rollout(policy, examples, retriever, group_size=8, temperature=1.0, seed=0)
-    for ep in batch:                      # an EpisodeRecord per (example, sample)
-        ep.prompt_ids, ep.completion_ids, ep.loss_mask, ep.logprobs, ep.turn_spans, ep.rewards
-    batch.stats.tokens_per_second, batch.stats.outside_generation_share
-
-Episode layout (``completion_ids`` is everything after the prompt)::
-
-    prompt_ids | turn 1 (policy) | env text 1 | turn 2 (policy) | env text 2 | ...
-    loss_mask:    1 1 1 1 1          0 0 0 0      1 1 1 1           0 0 ...
-
-The prompt is ``policy.chat_prompt_ids(env.messages()[:2])`` (system + user with the generation
-prompt). Environment text is ``policy.encode(info["new_text"])``; under a protocol of native tool
-calls (``tools``) it is the chat template's own text between the turns instead (the end of the
-assistant message, the ``tool`` reply as the template lays it out, the next generation prompt:
-:func:`agents.chat.reply_text`), so ``prompt_ids + completion_ids`` is the template's rendering of
-``env.messages()`` token for token when the turns are written as the template writes calls.
-Rewards and reward terms are per turn; ``rewards[i]`` belongs to ``turn_spans[i]`` (put it on the
-token ``end - 1``).
-
-Determinism: episode ``k`` samples turn ``t`` with its own seed derived from ``(seed, k, t)``,
-passed per prompt to ``generate``, so an episode's trajectory does not depend on which other
-episodes share its batch (up to floating-point differences of batched arithmetic).
-"""
+"""The rollout engine: continuous batching of SearchQA episodes, one ``generate`` and one search round per round."""
 
 from __future__ import annotations
 
@@ -41,240 +6,25 @@ import copy
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, overload
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import gymnasium as gym
-import numpy as np
 
-from agents.chat import chat_renderer, reply_ids, reply_text
 from agents.policies.base import Policy
-from searchenv.env import SearchQAEnv, StepRequest, search_or_error
+from agents.policies.chat import chat_renderer, reply_ids, reply_text
+from agents.rollout.records import ProbeStart, RolloutBatch, RolloutStats, TokenEpisode
+from agents.rollout.seeds import episode_seed
+from searchenv.env import SearchQAEnv, StepRequest
 from searchenv.retrievers.base import Hit, Retriever
 from searchenv.tasks.base import QAExample
-
-__all__ = ["EpisodeRecord", "RolloutBatch", "RolloutEngine", "RolloutStats", "episode_seed", "rollout"]
-
-#: ``stop_reason`` values of an :class:`EpisodeRecord`.
-STOP_REASONS = ("answered", "max_turns", "max_total_tokens")
-
-
-@dataclass
-class EpisodeRecord:
-    """One episode as token ids, masks, spans and rewards.
-
-    Attributes:
-        index: Position of the episode in the run (example-major:
-            ``first_index + group * group_size + sample``).
-        group: Index of the example in the input list (episodes of one group share a question).
-        sample: Index of the sample within its group.
-        example_id: The example's id.
-        seed: The episode's seed (its turns sample with seeds derived from it).
-        prompt_ids: Chat prompt (system + user + generation prompt) token ids.
-        completion_ids: Every token after the prompt: policy turns and environment insertions.
-        loss_mask: 1 on policy tokens, 0 on environment tokens; aligned with ``completion_ids``.
-        logprobs: Sampling log-probs of policy tokens (0.0 on environment tokens; NaN where the
-            policy reports none); aligned with ``completion_ids``.
-        turn_spans: ``(start, end)`` of each policy turn in ``completion_ids`` (end exclusive).
-        env_spans: ``(start, end)`` of each environment insertion (empty spans are omitted).
-        generated_ids: Each turn's token ids exactly as generated (cut only at the token budget).
-        env_ids: Each step's environment token ids (empty after an answer).
-        turn_texts: The text of each turn as handed to the environment.
-        finish_reasons: Each turn's generation finish reason (``stop``/``eos``/``length``).
-        rewards: Reward of each turn (aligned with ``turn_spans``; 0.0 for a turn cut by the
-            token budget, which the environment never saw).
-        reward_terms: Per-term contributions of each turn (empty for a cut turn).
-        step_infos: The environment's info dict of each step.
-        info: Final info: ``em``, ``f1``, ``evidence_recall``, ``answer``, ``episode`` summary, ...
-        terminated: The agent answered.
-        truncated: The turn budget or the token budget ran out first.
-        stop_reason: ``answered``, ``max_turns`` or ``max_total_tokens``.
-        infra_error: The retriever failed during the episode (drop it from training).
-        probe_span: ``(start, end)`` in ``completion_ids`` of a REX-RAG probe inserted after replayed
-            turns (loss mask 0, never trained on), or ``None`` for an ordinary episode.
-        replayed_turns: Turns copied from an earlier episode before the probe (see :class:`ProbeStart`).
-        generation_seconds: Wall seconds of the ``generate`` calls this episode took part in.
-        environment_seconds: Wall seconds of the environment and retrieval work of its rounds.
-    """
-
-    index: int
-    group: int
-    sample: int
-    example_id: str
-    seed: int
-    prompt_ids: list[int]
-    completion_ids: list[int] = field(default_factory=list)
-    loss_mask: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    turn_spans: list[tuple[int, int]] = field(default_factory=list)
-    env_spans: list[tuple[int, int]] = field(default_factory=list)
-    generated_ids: list[list[int]] = field(default_factory=list)
-    env_ids: list[list[int]] = field(default_factory=list)
-    turn_texts: list[str] = field(default_factory=list)
-    finish_reasons: list[str] = field(default_factory=list)
-    rewards: list[float] = field(default_factory=list)
-    reward_terms: list[dict[str, float]] = field(default_factory=list)
-    step_infos: list[dict[str, Any]] = field(default_factory=list)
-    info: dict[str, Any] = field(default_factory=dict)
-    terminated: bool = False
-    truncated: bool = False
-    stop_reason: str = ""
-    infra_error: bool = False
-    probe_span: tuple[int, int] | None = None
-    replayed_turns: int = 0
-    generation_seconds: float = 0.0
-    environment_seconds: float = 0.0
-
-    @property
-    def input_ids(self) -> list[int]:
-        """``prompt_ids + completion_ids``: the whole episode as the model saw it."""
-        return self.prompt_ids + self.completion_ids
-
-    @property
-    def num_generated_tokens(self) -> int:
-        """Tokens the policy generated in this episode."""
-        return sum(self.loss_mask)
-
-    @property
-    def episode_return(self) -> float:
-        """Sum of the per-turn rewards."""
-        return float(sum(self.rewards))
-
-    @property
-    def em(self) -> float:
-        """Exact match of the final answer (0 when unanswered)."""
-        return float(self.info.get("em") or 0.0)
-
-    @property
-    def f1(self) -> float:
-        """Token F1 of the final answer (0 when unanswered)."""
-        return float(self.info.get("f1") or 0.0)
-
-
-@dataclass
-class RolloutStats:
-    """Totals of one run.
-
-    Attributes:
-        episodes: Episodes run.
-        rounds: Rounds (one ``generate`` call each, one ``search_batch`` per retriever).
-        generated_tokens: Policy tokens over all episodes.
-        env_tokens: Environment tokens over all episodes.
-        search_calls: ``search_batch`` calls.
-        queries: Queries searched.
-        wall_seconds: Whole run.
-        generation_seconds: Inside ``policy.generate``.
-        environment_seconds: Resets, prompts, parsing, scoring and encoding environment text.
-        retrieval_seconds: Inside ``search_batch``.
-    """
-
-    episodes: int = 0
-    rounds: int = 0
-    generated_tokens: int = 0
-    env_tokens: int = 0
-    search_calls: int = 0
-    queries: int = 0
-    wall_seconds: float = 0.0
-    generation_seconds: float = 0.0
-    environment_seconds: float = 0.0
-    retrieval_seconds: float = 0.0
-
-    @property
-    def tokens_per_second(self) -> float:
-        """Generated tokens per wall second."""
-        return self.generated_tokens / self.wall_seconds if self.wall_seconds > 0 else 0.0
-
-    @property
-    def outside_generation_share(self) -> float:
-        """Share of wall time spent outside ``generate`` (environment, retrieval, bookkeeping)."""
-        if self.wall_seconds <= 0:
-            return 0.0
-        return max(0.0, self.wall_seconds - self.generation_seconds) / self.wall_seconds
-
-    def to_dict(self) -> dict[str, float]:
-        """Fields plus the derived rates, JSON-ready."""
-        out: dict[str, float] = {k: float(v) for k, v in self.__dict__.items()}
-        out["tokens_per_second"] = self.tokens_per_second
-        out["outside_generation_share"] = self.outside_generation_share
-        return out
-
-
-class RolloutBatch(Sequence[EpisodeRecord]):
-    """The episodes of a run, in input order (a sequence), plus :class:`RolloutStats`.
-
-    Attributes:
-        episodes: The records.
-        stats: Totals and timings.
-    """
-
-    def __init__(self, episodes: list[EpisodeRecord], stats: RolloutStats) -> None:
-        self.episodes = episodes
-        self.stats = stats
-
-    @overload
-    def __getitem__(self, i: int) -> EpisodeRecord: ...
-
-    @overload
-    def __getitem__(self, i: slice) -> list[EpisodeRecord]: ...
-
-    def __getitem__(self, i: int | slice) -> EpisodeRecord | list[EpisodeRecord]:
-        return self.episodes[i]
-
-    def __len__(self) -> int:
-        return len(self.episodes)
-
-    def __iter__(self) -> Iterator[EpisodeRecord]:
-        return iter(self.episodes)
-
-    def groups(self) -> list[list[EpisodeRecord]]:
-        """Episodes grouped by example (for group-relative advantages)."""
-        out: dict[int, list[EpisodeRecord]] = {}
-        for ep in self.episodes:
-            out.setdefault(ep.group, []).append(ep)
-        return [out[g] for g in sorted(out)]
-
-
-def episode_seed(seed: int, index: int, turn: int | None = None) -> int:
-    """The seed of episode ``index`` (and of its turn ``turn``) in a run seeded with ``seed``."""
-    key = [seed % (1 << 63), index] if turn is None else [seed % (1 << 63), index, turn]
-    return int(np.random.SeedSequence(key).generate_state(1, np.uint64)[0] >> 1)
-
-
-@dataclass(frozen=True)
-class ProbeStart:
-    """Start an episode from the first turns of an earlier one, then a probe (REX-RAG).
-
-    The episode replays ``turns`` policy turns of ``source`` (the same token ids and sampling
-    log-probs; the environment steps through them again, so its state and documents are the
-    same), then ``probe_text`` is inserted as environment text (loss mask 0) and the policy
-    continues from there. REX-RAG uses it to leave a dead end: the earlier episode failed, and the
-    probe (for example a remark that the last search may have been wrong) steers the continuation
-    elsewhere.
-
-    Attributes:
-        source: The earlier episode (same example).
-        turns: Policy turns of ``source`` to replay, fewer than it has (its last turn is not replayed).
-        probe_text: Text inserted after them.
-    """
-
-    source: EpisodeRecord
-    turns: int
-    probe_text: str
-
-    def __post_init__(self) -> None:
-        """Validate."""
-        if isinstance(self.turns, bool) or not isinstance(self.turns, int) or not (
-                0 <= self.turns < max(1, len(self.source.turn_texts))):
-            raise ValueError(f"turns must be in [0, {len(self.source.turn_texts)}) for an episode of "
-                             f"{len(self.source.turn_texts)} turns, got {self.turns!r}")
-        if not isinstance(self.probe_text, str) or not self.probe_text:
-            raise ValueError("probe_text must be a non-empty string")
+from searchenv.vector import search_round
 
 
 @dataclass
 class _Live:
-    rec: EpisodeRecord
+    rec: TokenEpisode
     env: SearchQAEnv
     turn: int = 0
     request: StepRequest | None = None
@@ -383,7 +133,7 @@ class RolloutEngine:
             (g * group_size + s, g, s, options[g], None if starts is None else starts[g * group_size + s])
             for g in range(len(options)) for s in range(group_size)
         )
-        records: list[EpisodeRecord | None] = [None] * stats.episodes
+        records: list[TokenEpisode | None] = [None] * stats.episodes
         slots: list[_Live | None] = [None] * len(self.envs)
         prompt_cache: dict[str, list[int]] = {}
         while pending or any(slots):
@@ -427,7 +177,7 @@ class RolloutEngine:
         return RolloutBatch(done, stats)
 
     # ---- one round -------------------------------------------------------------------------
-    def _room(self, rec: EpisodeRecord, extra: int = 0) -> int:
+    def _room(self, rec: TokenEpisode, extra: int = 0) -> int:
         """Tokens the episode may still add (``extra`` of them already planned) under both token caps."""
         used = len(rec.completion_ids) + extra
         room = self.max_total_tokens - len(rec.prompt_ids) - used
@@ -466,7 +216,7 @@ class RolloutEngine:
         key = repr(messages)
         if key not in prompt_cache:
             prompt_cache[key] = [int(t) for t in self.policy.chat_prompt_ids(messages)]
-        rec = EpisodeRecord(index, group, sample, env.example.id, ep_seed, list(prompt_cache[key]))
+        rec = TokenEpisode(index, group, sample, env.example.id, ep_seed, list(prompt_cache[key]))
         live = _Live(rec, env)
         if self._room(rec) <= 0:
             self._end_early(live)
@@ -495,7 +245,9 @@ class RolloutEngine:
             lv.turn += 1
             lv.request = lv.env.prepare_step(src.turn_texts[t])
             if lv.request.queries:
-                self._hits[id(lv)] = search_or_error(lv.env.retriever, lv.request.queries, lv.env.top_k)
+                found = search_round({0: (lv.env.retriever, lv.env.top_k, lv.request.queries)})[0]
+                if found is not None:
+                    self._hits[id(lv)] = found
             self._finish_step(lv)
         if rec.stop_reason:
             return
@@ -555,29 +307,18 @@ class RolloutEngine:
 
     def _search_round(self, stepping: list[_Live], stats: RolloutStats) -> float:
         """One ``search_batch`` per retriever for all queries of the round; hits stored on the lives."""
-        groups: dict[tuple[int, int], list[_Live]] = {}
-        for lv in stepping:
-            if lv.request is not None and lv.request.queries:
-                groups.setdefault((id(lv.env.retriever), lv.env.top_k), []).append(lv)
-        self._hits = {}
         seconds = 0.0
-        for (_, k), lives in groups.items():
-            retriever: Retriever = lives[0].env.retriever
-            queries = [q for lv in lives for q in lv.request.queries]  # type: ignore[union-attr]
-            t0 = time.perf_counter()
-            hits = search_or_error(retriever, queries, k)
-            if isinstance(hits, Exception):  # any failure: every episode's step is an infra error
-                for lv in lives:
-                    self._hits[id(lv)] = hits
-            else:
-                pos = 0
-                for lv in lives:
-                    n = len(lv.request.queries)  # type: ignore[union-attr]
-                    self._hits[id(lv)] = [list(h) for h in hits[pos : pos + n]]
-                    pos += n
-            seconds += time.perf_counter() - t0
+
+        def count(queries: int, took: float) -> None:
+            nonlocal seconds
+            seconds += took
             stats.search_calls += 1
-            stats.queries += len(queries)
+            stats.queries += queries
+
+        members = {id(lv): (lv.env.retriever, lv.env.top_k, lv.request.queries)
+                   for lv in stepping if lv.request is not None}
+        found = search_round(members, on_call=count)
+        self._hits = {key: hits for key, hits in found.items() if hits is not None}
         return seconds
 
     def _finish_step(self, lv: _Live) -> None:

@@ -1,0 +1,81 @@
+"""The reference agents by name (:func:`make_agent`), as the ``eval`` and ``bench`` commands name them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agents.baselines.episode import Agent
+from agents.baselines.llm import DIRECT_PROMPT, FEW_SHOT_EXAMPLE, RAG_PROMPT, LLMAgent
+from agents.policies.base import ChatPolicy, Policy
+
+AGENT_NAMES = ("oracle", "heuristic", "random", "direct", "rag", "iterative", "llm", "searcher")
+LLM_AGENTS = frozenset({"direct", "rag", "iterative", "llm"})
+
+
+def make_agent(
+    name: str,
+    *,
+    policy: Policy | ChatPolicy | None = None,
+    max_new_tokens: int = 96,
+    temperature: float = 0.0,
+    seed: int = 0,
+    device: str | None = None,
+) -> Agent:
+    """Build a reference agent by name.
+
+    Args:
+        name: One of :data:`AGENT_NAMES`.
+        policy: The model for ``direct``, ``rag``, ``iterative`` and ``llm`` (``searcher`` loads its own).
+        max_new_tokens: Generation cap per turn (LLM agents).
+        temperature: Sampling temperature (LLM agents; 0 is greedy).
+        seed: Seed of the ``random`` agent.
+        device: Where ``searcher`` loads its model (a device name, see :mod:`agents.devices`; None: auto).
+
+    Returns:
+        The agent.
+
+    Raises:
+        ValueError: For an unknown name, or an LLM agent without a policy.
+    """
+    from agents.baselines.scripted import HeuristicAgent, OracleAgent, RandomAgent
+
+    if name == "oracle":
+        return OracleAgent()
+    if name == "heuristic":
+        return HeuristicAgent()
+    if name == "searcher":
+        from agents.baselines.searcher import load_searcher
+        from agents.devices import resolve_device
+
+        return LLMAgent(name, load_searcher(device=resolve_device(device)), max_new_tokens=max_new_tokens,
+                        temperature=temperature)
+    if name == "random":
+        return RandomAgent(seed=seed)
+    if name not in LLM_AGENTS:
+        raise ValueError(f"unknown agent {name!r}; known: {', '.join(AGENT_NAMES)}")
+    if policy is None:
+        raise ValueError(f"agent {name!r} needs a policy (a language model)")
+    common: dict[str, Any] = {
+        "max_new_tokens": max_new_tokens,
+        "temperature": temperature,
+    }
+    if name == "direct":
+        return LLMAgent(name, policy, system_prompt=lambda p: DIRECT_PROMPT, answer_slot=True, max_turns=1, **common)
+    if name == "rag":
+        return LLMAgent(
+            name,
+            policy,
+            system_prompt=lambda p: RAG_PROMPT,
+            first_search=True,
+            answer_slot=True,
+            max_turns=2,
+            **common,
+        )
+    if name == "iterative":
+        return LLMAgent(
+            name,
+            policy,
+            system_prompt=lambda p: f"{p.system_prompt()}\n\nExample:\n{FEW_SHOT_EXAMPLE}",
+            **common,
+        )
+    return LLMAgent(name, policy, **common)

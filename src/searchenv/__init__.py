@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 
 from searchenv.corpus import Document, read_corpus, write_corpus
-from searchenv.protocols import Answer, Invalid, Open, Protocol, Search, get_protocol
+from searchenv.protocols import ActionProtocol, Answer, Invalid, Open, Protocol, Search, get_protocol
 from searchenv.retrievers.base import Hit, Retriever, RetrieverError
 from searchenv.spaces import UnicodeText
 from searchenv.tasks.base import QAExample, SubQuestion, load_task
@@ -29,6 +29,7 @@ ENV_ID = "SearchQA-v0"
 
 __all__ = [
     "ENV_ID",
+    "ActionProtocol",
     "Answer",
     "Document",
     "Hit",

@@ -13,7 +13,7 @@ from typing import Any, SupportsFloat
 import gymnasium as gym
 
 from searchenv.metrics import exact_match, f1_score, gold_in_prediction, normalize_answer
-from searchenv.protocols import INVALID_CODES, Action, Answer, Invalid, Open, Protocol, Search, get_protocol
+from searchenv.protocols import INVALID_CODES, Action, Answer, Invalid, Open, ActionProtocol, Search, get_protocol
 from searchenv.refiners import Refiner, get_refiner
 from searchenv.retrievers.base import Hit, Retriever, RetrieverError
 from searchenv.rewards import Reward, StepContext, answer_admissible, get_reward, score_step
@@ -127,7 +127,7 @@ class SearchQAEnv(gym.Env[str, str]):
         tools, a turn is one Hermes/Qwen ``<tool_call>{...}</tool_call>`` or the JSON object
         alone, results come back as ``tool`` messages with the call's id; :meth:`messages` is what
         a tool-calling chat template renders), ``"tools-browse"`` (``tools`` with ``open``), or a
-        :class:`~searchenv.protocols.Protocol`.
+        :class:`~searchenv.protocols.ActionProtocol`.
     top_k: Documents returned per query.
     max_turns: Turn budget per episode.
     reward: See Rewards.
@@ -158,7 +158,7 @@ class SearchQAEnv(gym.Env[str, str]):
         *,
         corpus: str | os.PathLike[str] | None = None,
         retriever: str | os.PathLike[str] | Retriever = "bm25",
-        protocol: str | Protocol = "search-r1",
+        protocol: str | ActionProtocol = "search-r1",
         top_k: int = 3,
         max_turns: int = 4,
         reward: str | Reward | Mapping[str, float] = "default",

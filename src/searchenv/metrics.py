@@ -27,7 +27,9 @@ from __future__ import annotations
 import re
 import string
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+
+from searchenv.protocols.actions import INVALID_CODES
 
 _PUNCT = frozenset(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
@@ -151,3 +153,23 @@ def answer_substring_in_text(text: str, answers: Sequence[str]) -> bool:
     """
     norm = normalize_answer(text)
     return any(a and a in norm for a in (normalize_answer(x) for x in _golds(answers)))
+
+
+def invalid_share(reasons: Iterable[str | None]) -> dict[str, float]:
+    """Parse telemetry: the share of turns that were invalid, by code.
+
+    Args:
+        reasons: Each turn's invalid code (``info["invalid_reason"]``), None for a well-formed turn.
+
+    Returns:
+        ``{code: turns with it / all turns}`` for each code that occurred, codes in the order of
+        :data:`INVALID_CODES` (unknown codes after them); empty when no turn was invalid.
+    """
+    counts: dict[str, int] = {}
+    total = 0
+    for reason in reasons:
+        total += 1
+        if reason is not None:
+            counts[str(reason)] = counts.get(str(reason), 0) + 1
+    order = {code: i for i, code in enumerate(INVALID_CODES)}
+    return {code: counts[code] / total for code in sorted(counts, key=lambda c: (order.get(c, len(order)), c))}

@@ -50,8 +50,7 @@ from agents.policies.base import Policy
 from agents.reference import Agent, EpisodeRecord, make_agent, run_agent
 from searchenv.corpus import atomic_write_lines
 from searchenv.env import DEFAULT_MAX_DOC_CHARS, SearchQAEnv
-from searchenv.protocols import ActionProtocol
-from searchenv.protocols import invalid_share
+from searchenv.protocols import ActionProtocol, invalid_share
 from searchenv.retrievers.base import Retriever
 from searchenv.tasks.base import QAExample
 

@@ -48,8 +48,7 @@ from typing import Any, Protocol
 from agents.chat import chat_renderer, reply_text
 from agents.policies.base import ChatPolicy, Generation, GenerationError, Policy
 from searchenv.env import SearchQAEnv, search_or_error
-from searchenv.protocols import ActionProtocol
-from searchenv.protocols import get_protocol
+from searchenv.protocols import ActionProtocol, get_protocol
 from searchenv.retrievers.base import Hit, Retriever
 from searchenv.tasks.base import QAExample
 

@@ -13,7 +13,7 @@ from typing import Any, SupportsFloat
 import gymnasium as gym
 
 from searchenv.metrics import exact_match, f1_score, gold_in_prediction, normalize_answer
-from searchenv.protocols import INVALID_CODES, Action, Answer, Invalid, Open, ActionProtocol, Search, get_protocol
+from searchenv.protocols import INVALID_CODES, Action, ActionProtocol, Answer, Invalid, Open, Search, get_protocol
 from searchenv.refiners import Refiner, get_refiner
 from searchenv.retrievers.base import Hit, Retriever, RetrieverError
 from searchenv.rewards import Reward, StepContext, answer_admissible, get_reward, score_step

@@ -55,8 +55,7 @@ import numpy as np
 
 from agents.reference import EpisodeState, Turn
 from searchenv.metrics import answer_in_text, normalize_answer
-from searchenv.protocols import ActionProtocol
-from searchenv.protocols import sanitize
+from searchenv.protocols import ActionProtocol, sanitize
 from searchenv.tasks.base import QAExample, SubQuestion
 
 #: What the oracle answers when it reached no hop at all.

@@ -36,7 +36,7 @@ from searchenv.protocols import Search  # noqa: E402
 from searchenv.retrievers import retriever_for_corpus  # noqa: E402
 from searchenv.rewards import StepContext  # noqa: E402
 from searchenv.tasks import load_task  # noqa: E402
-from searchenv.verifiers import (  # noqa: E402
+from searchenv.rewards.verifiers import (  # noqa: E402
     EMBEDDING_INTERCEPT,
     EMBEDDING_SLOPE,
     EmbeddingVerifier,

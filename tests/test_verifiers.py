@@ -10,7 +10,7 @@ import pytest
 from searchenv.protocols import Answer, Search
 from searchenv.retrievers.base import Hit
 from searchenv.rewards import StepContext, relevance_score
-from searchenv.verifiers import (
+from searchenv.rewards.verifiers import (
     EmbeddingVerifier,
     JudgeVerifier,
     answer_in_doc,

@@ -35,7 +35,7 @@ from agents.policies.base import Policy
 
 if TYPE_CHECKING:
     from searchenv.retrievers.base import Hit
-    from searchenv.verifiers import JudgeVerifier
+    from searchenv.rewards.verifiers import JudgeVerifier
 
 RELEVANCE_SYSTEM = "You are a careful assistant that judges whether a document is useful for answering a question."
 RELEVANCE_TEMPLATE = (
@@ -316,7 +316,7 @@ class PolicyRelevanceJudge(_JudgeBase):
 
     def as_verifier(self, *, aggregate: str = "max", cache_size: int = 65536) -> JudgeVerifier:
         """This judge as a ``relevance`` verifier (:class:`searchenv.verifiers.JudgeVerifier`, cached)."""
-        from searchenv.verifiers import JudgeVerifier
+        from searchenv.rewards.verifiers import JudgeVerifier
 
         return JudgeVerifier(self, aggregate=aggregate, cache_size=cache_size)
 

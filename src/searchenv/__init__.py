@@ -20,9 +20,17 @@ from searchenv.protocols import ActionProtocol, Answer, Invalid, Open, Protocol,
 from searchenv.retrievers.base import Hit, Retriever, RetrieverError
 from searchenv.spaces import UnicodeText
 from searchenv.tasks.base import QAExample, SubQuestion, load_task
+from searchenv.utils.moved import register_moves
 
 if TYPE_CHECKING:
     from searchenv.env import SearchQAEnv
+
+#: Modules that moved in the house redesign (issue 40): old dotted name -> new one. The old names
+#: keep importing (with a DeprecationWarning) for one release.
+MOVED_MODULES = {
+    "searchenv.verifiers": "searchenv.rewards.verifiers",
+}
+register_moves(MOVED_MODULES)
 
 __version__ = "0.1.0"
 ENV_ID = "SearchQA-v0"

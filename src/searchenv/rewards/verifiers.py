@@ -43,7 +43,7 @@ from searchenv.retrievers.base import Hit
 
 if TYPE_CHECKING:
     from searchenv.encoders import EncoderLike
-    from searchenv.rewards import StepContext
+    from searchenv.rewards.context import StepContext
 
 Verifier = Callable[["StepContext"], float]
 

@@ -57,7 +57,7 @@ def main() -> None:
     from agents.evaluate import evaluate
     from searchenv.env import resolve_retriever
     from searchenv.retrievers.quality import evaluate_retrieval
-    from searchenv.tasks.base import load_task
+    from searchenv.tasks import load_task
 
     tokenizer = _tokenizer()
     load_before = os.getloadavg()[0]

@@ -35,13 +35,13 @@ from searchenv.corpus import read_corpus  # noqa: E402
 from searchenv.protocols import Search  # noqa: E402
 from searchenv.retrievers import retriever_for_corpus  # noqa: E402
 from searchenv.rewards import StepContext  # noqa: E402
-from searchenv.tasks import load_task  # noqa: E402
 from searchenv.rewards.verifiers import (  # noqa: E402
     EMBEDDING_INTERCEPT,
     EMBEDDING_SLOPE,
     EmbeddingVerifier,
     doc_text,
 )
+from searchenv.tasks import load_task  # noqa: E402
 
 
 def fit_logistic(x: np.ndarray, y: np.ndarray, iters: int = 50) -> tuple[float, float]:

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from searchenv.cli import get_app
 from searchenv.corpus import DataWarning, corpus_fingerprint, read_corpus
-from searchenv.tasks.base import read_qa_jsonl
+from searchenv.tasks import read_qa_jsonl
 
 runner = CliRunner()
 

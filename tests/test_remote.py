@@ -431,7 +431,7 @@ def test_a_server_url_works_wherever_an_index_folder_does(
     from typer.testing import CliRunner
 
     from searchenv.cli import get_app
-    from searchenv.tasks.base import write_qa_jsonl
+    from searchenv.tasks import write_qa_jsonl
     from tests.conftest import EXAMPLES
 
     env = gym.make("searchenv:SearchQA-v0", task=list(EXAMPLES), retriever=live_url, top_k=2)

@@ -68,7 +68,7 @@ def test_gold_evidence_share_of_new_documents(per_query: Any, seen: Any, expecte
 
 
 def test_gold_evidence_without_gold_is_zero() -> None:
-    from searchenv.tasks.base import QAExample
+    from searchenv.tasks import QAExample
 
     assert gold_evidence(step(QAExample("x", "Where is Karsk?", ("Vuldoria",)), ["d4"])) == 0.0
 

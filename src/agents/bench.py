@@ -203,7 +203,7 @@ def read_set(bench_set: BenchSet, path: Path, qrels: Path | None) -> list[Any]:
         CorpusFormatError: Naming the file, line and field of a bad record.
     """
     if bench_set.layout == "flashrag":
-        from searchenv.tasks.base import read_qa_jsonl
+        from searchenv.tasks import read_qa_jsonl
 
         return read_qa_jsonl(path)
     from searchenv.tasks.formats import read_browsecomp_plus

@@ -52,7 +52,7 @@ from searchenv.corpus import atomic_write_lines
 from searchenv.env import DEFAULT_MAX_DOC_CHARS, SearchQAEnv
 from searchenv.protocols import ActionProtocol, invalid_share
 from searchenv.retrievers.base import Retriever
-from searchenv.tasks.base import QAExample
+from searchenv.tasks import QAExample
 
 #: (key, column title, format) of the comparison table, in order.
 COLUMNS: tuple[tuple[str, str, str], ...] = (

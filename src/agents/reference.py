@@ -50,7 +50,7 @@ from agents.policies.base import ChatPolicy, Generation, GenerationError, Policy
 from searchenv.env import SearchQAEnv, search_or_error
 from searchenv.protocols import ActionProtocol, get_protocol
 from searchenv.retrievers.base import Hit, Retriever
-from searchenv.tasks.base import QAExample
+from searchenv.tasks import QAExample
 
 AGENT_NAMES = ("oracle", "heuristic", "random", "direct", "rag", "iterative", "llm", "searcher")
 LLM_AGENTS = frozenset({"direct", "rag", "iterative", "llm"})

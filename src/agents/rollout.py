@@ -52,7 +52,7 @@ from agents.chat import chat_renderer, reply_ids, reply_text
 from agents.policies.base import Policy
 from searchenv.env import SearchQAEnv, StepRequest, search_or_error
 from searchenv.retrievers.base import Hit, Retriever
-from searchenv.tasks.base import QAExample
+from searchenv.tasks import QAExample
 
 __all__ = ["EpisodeRecord", "RolloutBatch", "RolloutEngine", "RolloutStats", "episode_seed", "rollout"]
 

@@ -19,7 +19,8 @@ from searchenv.corpus import Document, read_corpus, write_corpus
 from searchenv.protocols import ActionProtocol, Answer, Invalid, Open, Protocol, Search, get_protocol
 from searchenv.retrievers.base import Hit, Retriever, RetrieverError
 from searchenv.spaces import UnicodeText
-from searchenv.tasks.base import QAExample, SubQuestion, load_task
+from searchenv.tasks.example import QAExample, SubQuestion
+from searchenv.tasks.registry import load_task
 from searchenv.utils.moved import register_moves
 
 if TYPE_CHECKING:
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 #: keep importing (with a DeprecationWarning) for one release.
 MOVED_MODULES = {
     "searchenv.verifiers": "searchenv.rewards.verifiers",
+    "searchenv.tasks.base": "searchenv.tasks",
 }
 register_moves(MOVED_MODULES)
 

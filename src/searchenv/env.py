@@ -18,7 +18,7 @@ from searchenv.refiners import Refiner, get_refiner
 from searchenv.retrievers.base import Hit, Retriever, RetrieverError
 from searchenv.rewards import Reward, StepContext, answer_admissible, get_reward, score_step
 from searchenv.spaces import UnicodeText
-from searchenv.tasks.base import QAExample
+from searchenv.tasks.example import QAExample
 
 DEFAULT_TASK = "synthetic-mixed"
 #: Retrieved document text is cut to this many characters unless ``max_doc_chars`` says otherwise.
@@ -729,7 +729,8 @@ def _bounded(text: str, limit: int) -> str:
 def _resolve_task(
     task: str | os.PathLike[str] | Sequence[QAExample], split: str, corpus: str | os.PathLike[str] | None
 ) -> tuple[list[QAExample], Path | None]:
-    from searchenv.tasks.base import load_task, looks_like_file, read_qa_jsonl
+    from searchenv.tasks.qa_files import looks_like_file, read_qa_jsonl
+    from searchenv.tasks.registry import load_task
 
     corpus_path: Path | None = None
     if corpus is not None:
@@ -785,7 +786,7 @@ def _corpus_path(corpus: str | os.PathLike[str]) -> Path:
     if path.is_file():
         return path
     if isinstance(corpus, str) and not path.suffix:
-        from searchenv.tasks.base import load_task
+        from searchenv.tasks.registry import load_task
 
         return load_task(corpus).corpus_path
     raise FileNotFoundError(f"corpus file {corpus} does not exist")

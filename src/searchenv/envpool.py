@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from searchenv.env import SearchQAEnv
-from searchenv.tasks.base import QAExample
+from searchenv.tasks.example import QAExample
 
 
 class EnvPool(dict[str, list[SearchQAEnv]]):

@@ -56,7 +56,7 @@ import numpy as np
 from agents.reference import EpisodeState, Turn
 from searchenv.metrics import answer_in_text, normalize_answer
 from searchenv.protocols import ActionProtocol, sanitize
-from searchenv.tasks.base import QAExample, SubQuestion
+from searchenv.tasks import QAExample, SubQuestion
 
 #: What the oracle answers when it reached no hop at all.
 ABSTAIN = "unknown"

@@ -232,7 +232,7 @@ def eval_retrieval(
     from searchenv.retrievers import RetrieverError, open_index
     from searchenv.retrievers.quality import evaluate_retrieval, evidence_warning
     from searchenv.retrievers.remote import is_server_url, remote_from_url
-    from searchenv.tasks.base import read_qa_jsonl
+    from searchenv.tasks.qa_files import read_qa_jsonl
 
     indexes = list(index)
     ks = list(k or [])

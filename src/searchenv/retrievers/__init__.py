@@ -172,7 +172,7 @@ def cached_index_folder(
         sha: The corpus file's SHA-256 when the caller has it (else it is computed).
         **options: Build options (part of the cache key).
     """
-    from searchenv.tasks.base import cache_dir
+    from searchenv.tasks.registry import cache_dir
 
     root = cache_root if cache_root is not None else cache_dir() / "indexes"
     sha = sha if sha is not None else file_sha256(corpus)

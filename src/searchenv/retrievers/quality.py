@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from searchenv.retrievers.base import Retriever, check_k
-from searchenv.tasks.base import QAExample
+from searchenv.tasks.example import QAExample
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from searchenv.protocols.actions import Action, Answer
 from searchenv.retrievers.base import Hit
-from searchenv.tasks.base import QAExample
+from searchenv.tasks.example import QAExample
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from searchenv.metrics import (
 from searchenv.protocols.actions import Answer, Invalid, Open, Search
 from searchenv.protocols.base import ALL_TAGS
 from searchenv.rewards.context import StepContext
-from searchenv.tasks.base import QAExample
+from searchenv.tasks.example import QAExample
 
 # "A or B", "A; B", "A / B", "A | B", "A and/or B": several candidates in one answer.
 _MULTI_CANDIDATE = re.compile(r"\bor\b|;|/|\|", re.IGNORECASE)

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from searchenv.corpus import CorpusFormatError, Document, read_corpus, split_contents, write_corpus
-from searchenv.docstore import DocStore
+from searchenv.retrievers.index.docstore import DocStore
 from searchenv.tasks import QAExample, SubQuestion, read_qa_jsonl, write_qa_jsonl
 
 

@@ -171,7 +171,7 @@ def test_converted_passage_ids_are_prefixed_per_file(tmp_path: Path) -> None:
 
 
 def test_converted_questions_carry_the_fingerprint_of_their_corpus(tmp_path: Path) -> None:
-    from searchenv.retrievers.index_meta import read_meta
+    from searchenv.retrievers.index.metadata import read_meta
 
     qa, corpus = _convert(tmp_path, "dev", HOTPOT_DEV)
     index = _index(corpus, tmp_path / "idx")

@@ -327,7 +327,7 @@ class _JudgementLog:
         self.key = hashlib.sha256(json.dumps(dict(judge), sort_keys=True).encode()).hexdigest()[:16]
         self.saved: dict[tuple[str, str], dict[str, Any]] = {}
         if path.is_file():
-            from searchenv.jsonsafe import loads
+            from searchenv.utils.jsonsafe import loads
 
             lines = path.read_bytes().splitlines()
             head = loads(lines[0], f"{path}:1") if lines else None
@@ -381,7 +381,7 @@ def prepare_index(corpus: Path, retriever: str, *, index: str | os.PathLike[str]
         RetrieverError: If ``index`` is not an index, or was built from another corpus.
     """
     from searchenv.retrievers import cached_index_folder, retriever_for_corpus
-    from searchenv.retrievers.index_meta import check_fresh, read_meta
+    from searchenv.retrievers.index.metadata import check_fresh, read_meta
 
     if index is not None:
         check_fresh(index, corpus)
@@ -580,7 +580,7 @@ def read_card(path: str | os.PathLike[str]) -> dict[str, Any]:
     Raises:
         ValueError: If the file is not a metric card (naming the file and the field).
     """
-    from searchenv.jsonsafe import loads
+    from searchenv.utils.jsonsafe import loads
 
     card = loads(Path(path).read_bytes(), str(path))
     if not isinstance(card, dict) or card.get("searchenv_card") != CARD_VERSION:

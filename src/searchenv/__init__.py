@@ -31,6 +31,13 @@ if TYPE_CHECKING:
 MOVED_MODULES = {
     "searchenv.verifiers": "searchenv.rewards.verifiers",
     "searchenv.tasks.base": "searchenv.tasks",
+    "searchenv.docstore": "searchenv.retrievers.index.docstore",
+    "searchenv.retrievers.index_meta": "searchenv.retrievers.index.metadata",
+    "searchenv.retrievers.server": "searchenv.serving.server",
+    "searchenv.retrievers.remote": "searchenv.serving.client",
+    "searchenv.httpclient": "searchenv.utils.httpclient",
+    "searchenv.jsonsafe": "searchenv.utils.jsonsafe",
+    "searchenv.files": "searchenv.utils.files",
 }
 register_moves(MOVED_MODULES)
 

@@ -813,7 +813,7 @@ _SHARED: dict[tuple[object, ...], Retriever] = {}
 
 def _resolve_retriever(retriever: str | os.PathLike[str] | Retriever, corpus_path: Path | None) -> Retriever:
     from searchenv.retrievers import index_kinds, open_index, retriever_for_corpus
-    from searchenv.retrievers.remote import is_server_url
+    from searchenv.serving.client import is_server_url
 
     if not isinstance(retriever, str | os.PathLike):
         if not callable(getattr(retriever, "search_batch", None)):
@@ -822,13 +822,13 @@ def _resolve_retriever(retriever: str | os.PathLike[str] | Retriever, corpus_pat
             )
         return retriever
     if is_server_url(retriever):
-        from searchenv.retrievers.remote import remote_from_url
+        from searchenv.serving.client import remote_from_url
 
         key_url = ("remote", str(retriever))
         if key_url not in _SHARED:  # one client (and connection pool) per server and process
             _SHARED[key_url] = remote_from_url(str(retriever))
         return _SHARED[key_url]
-    from searchenv.retrievers.index_meta import META_FILE
+    from searchenv.retrievers.index.metadata import META_FILE
 
     folder = os.path.abspath(retriever)  # no syscalls: engines build an env per trajectory
     try:

@@ -72,7 +72,7 @@ import numpy as np
 
 from agents.policies.attention import use_grouped_sdpa
 from agents.policies.base import Generation, chat_template_ids, check_sampling
-from searchenv.files import publishable
+from searchenv.utils.files import publishable
 
 if TYPE_CHECKING:
     import torch

@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 
 from searchenv.corpus import Document
-from searchenv.docstore import DocStore
 from searchenv.retrievers.base import Hit, RetrieverError, check_k
-from searchenv.retrievers.index_meta import check_count, load_index, publish_index
+from searchenv.retrievers.index.docstore import DocStore
+from searchenv.retrievers.index.metadata import check_count, load_index, publish_index
 
 _TOKEN = re.compile(r"\w+", re.UNICODE)
 # A short English stop list (articles, auxiliaries, pronouns, prepositions, wh-words).
@@ -144,7 +144,7 @@ class BM25Retriever:
         """Index ``documents`` and swap the new index into ``folder`` atomically.
 
         The index is written to a fresh folder and replaces the old one only when complete (see
-        :mod:`searchenv.retrievers.index_meta`), so a failed or killed build loses nothing. The
+        :mod:`searchenv.retrievers.index.metadata`), so a failed or killed build loses nothing. The
         vocabulary is numbered in sorted token order: one corpus gives byte-identical files.
 
         Args:

@@ -25,10 +25,10 @@ length within the chunk, so batches pad little) and each chunk is written to
 corpus, encoder and chunk size re-encodes only the chunks it had not finished, and gives the same
 index as an uninterrupted build; the chunk folder is removed once the index is published.
 
-An index folder holds the shared :class:`~searchenv.docstore.DocStore` files and ``dense.faiss``
+An index folder holds the shared :class:`~searchenv.retrievers.index.docstore.DocStore` files and ``dense.faiss``
 (written by ``faiss.write_index``, no pickle) in its data folder, and ``searchenv_index.json``
 with the corpus fingerprint, the encoder name, the dimension and every file's size and checksum;
-it is built and swapped in as :mod:`searchenv.retrievers.index_meta` describes. A flat index of
+it is built and swapped in as :mod:`searchenv.retrievers.index.metadata` describes. A flat index of
 one corpus is byte-identical from build to build; an HNSW graph is built with several threads and
 can differ. :meth:`DenseRetriever.load` refuses an index whose metadata, vectors and documents
 disagree, or an encoder other than the one it was built with. With ``mmap=True`` the vectors
@@ -62,7 +62,6 @@ from typing import Any
 import numpy as np
 
 from searchenv.corpus import Document
-from searchenv.docstore import DocStore
 from searchenv.encoders import EncoderLike, load_encoder, resolve_encoder
 from searchenv.retrievers.base import Hit, RetrieverError, check_k
 from searchenv.retrievers.faiss_index import (
@@ -95,7 +94,8 @@ from searchenv.retrievers.faiss_index import (
     default_nlist,
     index_plan,
 )
-from searchenv.retrievers.index_meta import (
+from searchenv.retrievers.index.docstore import DocStore
+from searchenv.retrievers.index.metadata import (
     StaleIndexError,
     check_count,
     damaged,

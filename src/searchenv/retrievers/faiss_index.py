@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from searchenv.docstore import DocStore
 from searchenv.encoders import EncoderLike
+from searchenv.retrievers.index.docstore import DocStore
 
 INDEX_FILE = "dense.faiss"
 #: Every vector, written at build with ``keep_vectors`` and memory-mapped for exact re-ranking.

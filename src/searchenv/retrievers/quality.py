@@ -175,7 +175,7 @@ def index_doc_ids(retriever: Any) -> set[str] | None:
 def _source_path(index: str) -> str | None:
     """The corpus file an index folder was built from, as its metadata records it (None if unknown)."""
     from searchenv.retrievers.base import RetrieverError
-    from searchenv.retrievers.index_meta import read_meta
+    from searchenv.retrievers.index.metadata import read_meta
 
     try:
         source = read_meta(index).get("source_path") if index and os.path.isdir(index) else None

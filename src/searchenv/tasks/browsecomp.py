@@ -8,8 +8,8 @@ from pathlib import Path
 from searchenv.corpus import (
     CorpusFormatError,
 )
-from searchenv.jsonsafe import iter_jsonl
 from searchenv.tasks.example import QAExample
+from searchenv.utils.jsonsafe import iter_jsonl
 
 
 def read_trec_qrels(path: str | os.PathLike[str]) -> dict[str, list[str]]:

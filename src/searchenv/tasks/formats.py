@@ -30,7 +30,7 @@ evidence is mapped to the ids of that corpus, with the corpus's fingerprint in i
 :func:`searchenv.retrievers.quality.evidence_warning`). A malformed record stops the read with a
 :class:`~searchenv.corpus.CorpusFormatError` naming the file, the line (JSON lines) or the
 record index (JSON arrays), and the field; nothing is returned from a partly bad file. JSON
-is read with :mod:`searchenv.jsonsafe`: invalid UTF-8, nesting deeper than 64 levels and
+is read with :mod:`searchenv.utils.jsonsafe`: invalid UTF-8, nesting deeper than 64 levels and
 integers over 4,300 digits are such errors too.
 """
 

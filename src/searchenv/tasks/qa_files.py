@@ -9,8 +9,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from searchenv.corpus import CorpusFormatError, atomic_write_lines
-from searchenv.jsonsafe import iter_jsonl
 from searchenv.tasks.example import QAExample, example_from_flashrag
+from searchenv.utils.jsonsafe import iter_jsonl
 
 
 def read_qa_jsonl(path: str | os.PathLike[str]) -> list[QAExample]:

@@ -20,8 +20,8 @@ from searchenv.corpus import (
     Document,
     corpus_fingerprint,
 )
-from searchenv.jsonsafe import DEFAULT_MAX_DEPTH, iter_jsonl, loads
 from searchenv.tasks.example import QAExample
+from searchenv.utils.jsonsafe import DEFAULT_MAX_DEPTH, iter_jsonl, loads
 
 
 @dataclass

@@ -55,7 +55,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from agents.evaluate import evaluate
-    from searchenv.env import resolve_retriever
+    from searchenv.make import resolve_retriever
     from searchenv.retrievers.quality import evaluate_retrieval
     from searchenv.tasks import load_task
 

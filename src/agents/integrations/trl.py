@@ -50,7 +50,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from agents.policies.vllm import VLLMPolicy
-from searchenv.env import SearchQAEnv, episode_metrics
+from searchenv.env import SearchQAEnv
+from searchenv.metrics import episode_metrics
 from searchenv.tasks import QAExample
 
 #: Episode metrics passed to TRL as weight-0 reward functions (logged, not optimised).

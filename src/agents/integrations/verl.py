@@ -60,8 +60,9 @@ from uuid import uuid4
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
 from agents.chat import reply_ids, reply_text, template_renderer
-from searchenv.env import SearchQAEnv, episode_metrics, search_or_error
+from searchenv.env import SearchQAEnv, search_or_error
 from searchenv.envpool import EnvPool
+from searchenv.metrics import episode_metrics
 from searchenv.retrievers.base import Hit
 from searchenv.retrievers.batching import MicroBatcher
 from searchenv.tasks.rows import example_from_row

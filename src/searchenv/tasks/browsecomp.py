@@ -104,3 +104,4 @@ def read_browsecomp_plus(
     if unknown:
         raise CorpusFormatError(f"{qrels}: query id {unknown[0]!r} (field 'QID') is in no record of {queries} "
                                 f"({len(unknown)} such ids): are these the qrels of these queries?")
+    return out

@@ -100,11 +100,10 @@ class BM25Retriever:
         fingerprint: Corpus fingerprint.
         stemmer: The stemmer the index was built with (queries are stemmed the same way).
         backend: ``numpy`` (default) or ``numba``: bm25s's JIT-compiled scoring and top-k
-            selection, about 2x faster per query at 100k passages once compiled, but the compile
-            takes about 4 s on the first search of each process, so it pays in servers and long
-            evaluations (``searchenv serve --search-option backend=numba``). Rankings are the same:
-            where bm25s's top k ends inside a run of tied scores, that query is ranked exactly
-            as with ``numpy``.
+            selection, faster per query once compiled, but the compile runs on the first search
+            of each process, so it pays in servers and long evaluations (``searchenv serve
+            --search-option backend=numba``). Rankings are the same: where bm25s's top k ends
+            inside a run of tied scores, that query is ranked exactly as with ``numpy``.
 
     Raises:
         ValueError: On an unknown backend, or ``numba`` when numba is not installed.
@@ -175,7 +174,7 @@ class BM25Retriever:
                 raise ValueError("cannot build a BM25 index over an empty corpus")
             # Two passes over the stored documents: the vocabulary first, then each document's token
             # ids as a compact int32 array, so no list of token strings for the whole corpus is ever
-            # held (peak memory about 3x lower than lists of strings; the index is byte-identical).
+            # held (a much lower peak memory than lists of strings; the index is byte-identical).
             store = DocStore(data)
             words: set[str] = set()
             for d in store:

@@ -536,10 +536,10 @@ class DenseRetriever:
                 params = faiss_any.SearchParametersIVF(nprobe=min(self.nprobe, int(self._index.nlist)))
                 scores, rows = self._index.search(q, k_fetch, params=params)
             elif self._vectors is not None and self._vectors.flags.aligned and q.shape[0] < BLAS_THRESHOLD:
-                # A few queries: one BLAS matrix-vector product over the stored vectors. FAISS's
-                # per-pair SIMD path with OpenMP threads was 2-3x slower than this on a busy machine.
-                # Memory-mapped vectors start at an unaligned file offset, where numpy's product
-                # leaves BLAS and is 5-50x slower than FAISS (measured at 1M x 384): FAISS there.
+                # A few queries: one BLAS matrix-vector product over the stored vectors, faster than
+                # FAISS's per-pair SIMD path with OpenMP threads on a busy machine. Memory-mapped
+                # vectors start at an unaligned file offset, where numpy's product leaves BLAS and is
+                # slower than FAISS: FAISS there (see benchmarks/retrieval_dense.py).
                 sims = q @ self._vectors.T
                 rows = np.argpartition(-sims, k_fetch - 1, axis=1)[:, :k_fetch] if k_fetch < n else (
                     np.broadcast_to(np.arange(n), (q.shape[0], n)))

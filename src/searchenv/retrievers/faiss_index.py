@@ -52,8 +52,8 @@ def configure_faiss_blas(threshold: int = BLAS_THRESHOLD, database_block: int = 
     FAISS 1.15 sets ``distance_compute_blas_threshold`` to 128000 queries, so a batch of a few
     hundred queries is scored pair by pair with SIMD dot products; with BLAS (as FAISS did up to
     1.14, threshold 20) and blocks of 16384 documents, batched flat search runs several times
-    faster (see ``benchmarks/retrieval_dense.py``). This changes FAISS's process-wide settings;
-    a threshold already lower, or a block already larger, is left alone. Called once, the first
+    faster (``benchmarks/retrieval_dense.py`` measures it). This changes FAISS's process-wide
+    settings; a threshold already lower, or a block already larger, is left alone. Called once, the first
     time a flat :class:`DenseRetriever` is created.
 
     Args:

@@ -120,7 +120,7 @@ def checked_example(id: str, question: str, answers: tuple[str, ...], evidence_i
     non-empty string, ``answers`` a non-empty tuple of strings, ``evidence_ids`` a tuple of
     strings. The result equals ``QAExample(id, question, answers, evidence_ids)`` and is as
     frozen; it is built by setting the slots directly (the dataclass ``__init__`` sets each
-    through ``object.__setattr__`` and checks again, about 0.7 µs more per example).
+    through ``object.__setattr__`` and checks again, a cost paid per example).
     """
     ex = object.__new__(QAExample)
     _SET_ID(ex, id)

@@ -436,7 +436,7 @@ def by_question_type(arms: dict[str, dict[str, Any]], task: str) -> list[str]:
 
     Descriptive only (the groups are small; no intervals): where the turns are saved and at what cost.
     """
-    from searchenv.tasks.base import load_task
+    from searchenv.tasks import load_task
 
     kinds = {ex.id: f"{ex.type} ({ex.hops} hop{'s' if ex.hops > 1 else ''})" for ex in load_task(task).examples("dev")}
     keys = ("em", "turns", "searches", "queries")

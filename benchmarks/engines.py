@@ -61,7 +61,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE] + [str(
 from _common import write_results  # noqa: E402
 from agents.policies.base import Generation  # noqa: E402
 from searchenv.env import SearchQAEnv  # noqa: E402
-from searchenv.tasks.base import QAExample, load_task  # noqa: E402
+from searchenv.tasks import QAExample, load_task  # noqa: E402
 
 
 def turns(question: str) -> list[str]:
@@ -314,7 +314,7 @@ def ray_throughput(here: str, index: str, examples: Sequence[QAExample], steps: 
     import ray
 
     from agents.integrations.ray import RayVectorEnv
-    from searchenv.tasks.base import write_qa_jsonl
+    from searchenv.tasks import write_qa_jsonl
 
     qa = str(Path(index).parent / "engines-bench-qa.jsonl")
     write_qa_jsonl(qa, examples)

@@ -34,7 +34,7 @@ from verl.workers.rollout.replica import TokenOutput  # noqa: E402
 
 from agents.integrations.verl import SearchQAAgentLoop  # noqa: E402
 from searchenv.env import SearchQAEnv  # noqa: E402
-from searchenv.tasks.base import load_task  # noqa: E402
+from searchenv.tasks import load_task  # noqa: E402
 from searchenv.tasks.rows import task_rows  # noqa: E402
 
 

@@ -82,7 +82,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def build_prompts(policy: Any, task_name: str, split: str, rows: int, second_turns: bool = True) -> list[list[int]]:
     """``rows`` chat prompts from the task's environment: first turns and (every other row) second turns."""
     from searchenv.env import SearchQAEnv
-    from searchenv.tasks.base import load_task
+    from searchenv.tasks import load_task
 
     task = load_task(task_name)
     examples = list(task.examples(split))

@@ -55,9 +55,9 @@ def main() -> None:
     args = ap.parse_args()
 
     from agents.evaluation.evaluate import evaluate
-    from searchenv.env import resolve_retriever
+    from searchenv.make import resolve_retriever
     from searchenv.retrievers.quality import evaluate_retrieval
-    from searchenv.tasks.base import load_task
+    from searchenv.tasks import load_task
 
     tokenizer = _tokenizer()
     load_before = os.getloadavg()[0]

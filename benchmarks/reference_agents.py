@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in retrievers:
         try:
             from searchenv.retrievers import retriever_for_corpus
-            from searchenv.tasks.base import load_task
+            from searchenv.tasks import load_task
 
             t0 = time.perf_counter()
             retriever_for_corpus(name, load_task(args.task).corpus_path)  # build/load the index once

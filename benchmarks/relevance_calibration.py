@@ -1,10 +1,10 @@
 """How well does the embedding relevance verifier separate evidence from other passages?
 
-Fits (and checks) the logistic calibration stored in ``searchenv.verifiers`` as
+Fits (and checks) the logistic calibration stored in ``searchenv.rewards.verifiers`` as
 ``EMBEDDING_SLOPE`` / ``EMBEDDING_INTERCEPT``:
 
 1. On ``synthetic-mixed`` (train split, ``--questions`` questions), each question's targets are
-   the question and its sub-questions (what :class:`~searchenv.verifiers.EmbeddingVerifier`
+   the question and its sub-questions (what :class:`~searchenv.rewards.verifiers.EmbeddingVerifier`
    compares against by default). A passage's feature is its best cosine similarity to a target
    under all-MiniLM-L6-v2.
 2. Positives: the question's gold evidence passages. Negatives: BM25 top-``--hard-k`` passages for the
@@ -35,13 +35,13 @@ from searchenv.corpus import read_corpus  # noqa: E402
 from searchenv.protocols import Search  # noqa: E402
 from searchenv.retrievers import retriever_for_corpus  # noqa: E402
 from searchenv.rewards import StepContext  # noqa: E402
-from searchenv.tasks import load_task  # noqa: E402
-from searchenv.verifiers import (  # noqa: E402
+from searchenv.rewards.verifiers import (  # noqa: E402
     EMBEDDING_INTERCEPT,
     EMBEDDING_SLOPE,
     EmbeddingVerifier,
     doc_text,
 )
+from searchenv.tasks import load_task  # noqa: E402
 
 
 def fit_logistic(x: np.ndarray, y: np.ndarray, iters: int = 50) -> tuple[float, float]:

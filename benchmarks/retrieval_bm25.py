@@ -24,7 +24,7 @@ from _common import write_results  # noqa: E402
 from searchenv.corpus import Document, read_corpus, write_corpus  # noqa: E402
 from searchenv.env import SearchQAEnv  # noqa: E402
 from searchenv.retrievers.bm25 import BM25Retriever, RankBM25Retriever  # noqa: E402
-from searchenv.tasks.base import QAExample  # noqa: E402
+from searchenv.tasks import QAExample  # noqa: E402
 from searchenv.tasks.synthetic import stream_passages  # noqa: E402
 
 

@@ -27,7 +27,7 @@ from _common import write_results  # noqa: E402
 from searchenv.corpus import read_corpus  # noqa: E402
 from searchenv.retrievers.bm25 import BM25Retriever  # noqa: E402
 from searchenv.retrievers.quality import evaluate_retrieval  # noqa: E402
-from searchenv.tasks.base import QAExample, load_task, read_qa_jsonl  # noqa: E402
+from searchenv.tasks import QAExample, load_task, read_qa_jsonl  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "real_text"
 KS = (1, 5, 10)

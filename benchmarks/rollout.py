@@ -191,7 +191,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     from agents.policies.hf import HFPolicy
     from searchenv.env import SearchQAEnv
-    from searchenv.tasks.base import load_task
+    from searchenv.tasks import load_task
 
     sizes = [args.episodes, *args.more_episodes]
     if args.repeats < 1:

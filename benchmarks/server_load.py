@@ -103,8 +103,8 @@ def build_index(kind: str, passages: int, folder: Path) -> tuple[float, int]:
 
 def make_queries(folder: Path, n: int) -> list[str]:
     """Entity titles plus a few words of their passage, from random passages (seeded)."""
-    from searchenv.docstore import DocStore
-    from searchenv.retrievers.index_meta import data_folder
+    from searchenv.retrievers.index.docstore import DocStore
+    from searchenv.retrievers.index.metadata import data_folder
 
     docs = DocStore(data_folder(folder))
     rng = np.random.default_rng(0)

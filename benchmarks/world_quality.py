@@ -35,7 +35,7 @@ from _common import write_results  # noqa: E402
 from agents.baselines.rule_reader import extract_candidates  # noqa: E402
 from searchenv.corpus import iter_corpus  # noqa: E402
 from searchenv.retrievers.base import Hit, Retriever  # noqa: E402
-from searchenv.tasks.base import QAExample, load_task  # noqa: E402
+from searchenv.tasks import QAExample, load_task  # noqa: E402
 
 TASKS = (
     "synthetic-1hop",

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from searchenv.corpus import Document, write_corpus
-from searchenv.tasks.base import QAExample, SubQuestion
+from searchenv.tasks import QAExample, SubQuestion
 
 DOCS = [
     Document("d0", "Velora Quenn", "Velora Quenn is a painter born in Drathmoor in 1931."),
@@ -80,7 +80,7 @@ def corpus_file(tmp_path: Path) -> Path:
 @pytest.fixture()
 def qa_file(tmp_path: Path) -> Path:
     """The hand-written questions as a QA JSONL file."""
-    from searchenv.tasks.base import write_qa_jsonl
+    from searchenv.tasks import write_qa_jsonl
 
     path = tmp_path / "qa.jsonl"
     write_qa_jsonl(path, EXAMPLES)

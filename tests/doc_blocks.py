@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from searchenv.retrievers.bm25 import BM25Retriever
-from searchenv.tasks.base import write_qa_jsonl
+from searchenv.tasks import write_qa_jsonl
 from tests.conftest import DOCS, EXAMPLES
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from searchenv.corpus import write_corpus
-from searchenv.tasks.base import write_qa_jsonl
+from searchenv.tasks import write_qa_jsonl
 
 pytest.importorskip("httpcore")
 

@@ -18,7 +18,7 @@ from searchenv.retrievers import (
     retriever_for_corpus,
 )
 from searchenv.retrievers.bm25 import BM25Retriever, RankBM25Retriever, tokenize, top_k_canonical
-from searchenv.retrievers.index_meta import data_folder
+from searchenv.retrievers.index.metadata import data_folder
 
 from .conftest import DOCS
 
@@ -121,7 +121,7 @@ def test_tokenize_and_canonical_top_k() -> None:
 def test_english_stemming_is_an_index_option(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from searchenv.corpus import Document
     from searchenv.retrievers.bm25 import BM25Retriever, tokenize
-    from searchenv.retrievers.index_meta import read_meta
+    from searchenv.retrievers.index.metadata import read_meta
 
     docs = [
         Document("a", "Glass works", "The company was founded by Velora Quenn in 1901."),

@@ -46,7 +46,7 @@ def write_malicious_checkpoint(run: Path, marker: Path) -> Path:
 def world(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder with a tiny saved model, a QA file and its corpus."""
     from searchenv.corpus import write_corpus
-    from searchenv.tasks.base import write_qa_jsonl
+    from searchenv.tasks import write_qa_jsonl
     from tests.tiny_model import build_tiny_model
 
     root = tmp_path_factory.mktemp("world")
@@ -284,7 +284,7 @@ def test_a_lora_ppo_run_resumes_exactly(tmp_path: Path) -> None:
     """
     from agents.trainers.ppo import PPOConfig, train_ppo
     from searchenv.corpus import write_corpus
-    from searchenv.tasks.base import write_qa_jsonl
+    from searchenv.tasks import write_qa_jsonl
     from tests.test_trainers import toy_reward
     from tests.tiny_model import tiny_policy
 

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from searchenv.corpus import CorpusFormatError, Document, read_corpus, split_contents, write_corpus
-from searchenv.docstore import DocStore
-from searchenv.tasks.base import QAExample, SubQuestion, read_qa_jsonl, write_qa_jsonl
+from searchenv.retrievers.index.docstore import DocStore
+from searchenv.tasks import QAExample, SubQuestion, read_qa_jsonl, write_qa_jsonl
 
 
 def test_both_corpus_shapes_read(tmp_path) -> None:

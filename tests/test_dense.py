@@ -16,7 +16,7 @@ from searchenv.encoders import DEFAULT_ENCODER, packaged_model_path, resolve_enc
 from searchenv.retrievers import build_index, open_index  # noqa: E402
 from searchenv.retrievers.base import RetrieverError  # noqa: E402
 from searchenv.retrievers.dense import DenseRetriever  # noqa: E402
-from searchenv.retrievers.index_meta import META_FILE, StaleIndexError, data_folder  # noqa: E402
+from searchenv.retrievers.index.metadata import META_FILE, StaleIndexError, data_folder  # noqa: E402
 
 from .conftest import DOCS  # noqa: E402
 

@@ -17,7 +17,7 @@ pytest.importorskip("faiss")
 from searchenv.corpus import Document  # noqa: E402
 from searchenv.retrievers import open_index  # noqa: E402
 from searchenv.retrievers.dense import INDEX_PRESETS, DenseRetriever, default_nlist, index_plan  # noqa: E402
-from searchenv.retrievers.index_meta import META_FILE, read_meta  # noqa: E402
+from searchenv.retrievers.index.metadata import META_FILE, read_meta  # noqa: E402
 
 from .test_dense import HashEncoder  # noqa: E402
 

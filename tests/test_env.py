@@ -312,7 +312,7 @@ def test_envs_over_one_index_folder_share_it_until_it_is_rebuilt(tmp_path: Path)
 
 
 def test_reset_takes_an_example_object(make_env: Any) -> None:
-    from searchenv.tasks.base import QAExample
+    from searchenv.tasks import QAExample
 
     env = make_env()
     ex = QAExample("own", "Where was Tobin Quenn born?", ("Karsk",), ("d3",))

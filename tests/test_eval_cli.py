@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from searchenv.cli import get_app
-from searchenv.tasks.base import write_qa_jsonl
+from searchenv.tasks import write_qa_jsonl
 from tests.conftest import EXAMPLES
 
 

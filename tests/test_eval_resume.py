@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from searchenv.corpus import Document, write_corpus
-from searchenv.tasks.base import QAExample, write_qa_jsonl
+from searchenv.tasks import QAExample, write_qa_jsonl
 
 pytest.importorskip("httpcore")
 

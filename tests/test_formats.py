@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from searchenv.corpus import CorpusFormatError, read_corpus
-from searchenv.tasks.base import QAExample, read_qa_jsonl, write_qa_jsonl
+from searchenv.tasks import QAExample, read_qa_jsonl, write_qa_jsonl
 from searchenv.tasks.formats import (
     FORMATS,
     convert,

@@ -29,7 +29,7 @@ from searchenv.retrievers import (
     open_index,
 )
 from searchenv.retrievers.bm25 import BM25Retriever
-from searchenv.retrievers.index_meta import file_sha256
+from searchenv.retrievers.index.metadata import file_sha256
 
 from .conftest import DOCS
 
@@ -345,7 +345,7 @@ def test_title_less_multiline_document_round_trips_through_an_index(tmp_path: Pa
 def test_written_files_and_folders_honour_the_umask(tmp_path: Path, mask: int) -> None:
     # before: mkstemp/mkdtemp left every published file 0600 and the data folder 0700, whatever the umask
     from searchenv.corpus import atomic_write_lines
-    from searchenv.retrievers.index_meta import META_FILE, data_folder
+    from searchenv.retrievers.index.metadata import META_FILE, data_folder
 
     old = os.umask(mask)
     try:
@@ -365,7 +365,7 @@ def test_written_files_and_folders_honour_the_umask(tmp_path: Path, mask: int) -
 # ------------------------------------------------------------------ issue 31: 9
 def test_an_index_build_keeps_files_it_did_not_write(tmp_path: Path) -> None:
     # before: any .tmp-* or v-<16 hex> entry was deleted (and .encode-* by dense builds), whoever made it
-    from searchenv.retrievers.index_meta import read_meta
+    from searchenv.retrievers.index.metadata import read_meta
 
     corpus = tmp_path / "corpus.jsonl"
     write_corpus(corpus, DOCS)
@@ -392,7 +392,7 @@ def test_an_index_build_keeps_files_it_did_not_write(tmp_path: Path) -> None:
 # ------------------------------------------------------------------ issue 31: 7
 def _edit_meta(folder: Path, change: str, redigest: bool) -> None:
     """Apply ``change`` (a statement on ``m``) to the metadata; with ``redigest``, as a careful forger would."""
-    from searchenv.retrievers.index_meta import META_FILE, meta_digest
+    from searchenv.retrievers.index.metadata import META_FILE, meta_digest
 
     path = folder / META_FILE
     m = json.loads(path.read_text())
@@ -425,7 +425,7 @@ def test_index_metadata_is_verified_and_bad_metadata_is_one_error_line(
     if change:
         _edit_meta(folder, change, redigest)
     else:
-        from searchenv.retrievers.index_meta import data_folder, meta_digest, read_meta
+        from searchenv.retrievers.index.metadata import data_folder, meta_digest, read_meta
 
         offsets = data_folder(folder) / "doc_offsets.npy"
         raw = bytearray(offsets.read_bytes())
@@ -455,7 +455,7 @@ def test_docs_truncated_in_place_under_mmap_is_an_error_not_sigbus(tmp_path: Pat
     script = f"""
 import os, sys
 from searchenv.retrievers import RetrieverError, open_index
-from searchenv.retrievers.index_meta import data_folder
+from searchenv.retrievers.index.metadata import data_folder
 r = open_index({str(folder)!r}, mmap=True)
 docs = data_folder({str(folder)!r}) / "docs.jsonl"
 os.truncate(docs, docs.stat().st_size // 3)  # in place: the open file shrinks

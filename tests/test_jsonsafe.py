@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from searchenv.jsonsafe import JSONInputError, iter_jsonl, loads
+from searchenv.utils.jsonsafe import JSONInputError, iter_jsonl, loads
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(),

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from agents.evaluation.judges import PolicyAnswerJudge, PolicyRelevanceJudge, parse_relevance_score, parse_verdict
 from searchenv.retrievers.base import Hit
-from searchenv.verifiers import JudgeVerifier
+from searchenv.rewards.verifiers import JudgeVerifier
 
 from .conftest import DOCS
 

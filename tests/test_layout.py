@@ -15,17 +15,6 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 MAX_LINES = 800
-#: The house redesign (issue 40) lands package by package; until a package is done its checks
-#: are expected to fail (strict: they turn red the moment they pass, so this list gets emptied).
-NOT_YET = {"searchenv"}
-
-
-def _todo(package: str) -> pytest.MarkDecorator | tuple[()]:
-    return pytest.mark.xfail(strict=True, reason="issue 40: not yet redesigned") if package in NOT_YET else ()
-
-
-def _packages() -> list[object]:
-    return [pytest.param(p, marks=_todo(p)) for p in ("searchenv", "agents")]
 
 
 def _modules(package: str) -> dict[str, Path]:
@@ -115,12 +104,12 @@ def test_the_cycle_finder_finds_a_cycle(tmp_path: Path, monkeypatch: pytest.Monk
     assert _cycles("toy") == [["toy.a", "toy.sub.b"]]
 
 
-@pytest.mark.parametrize("package", _packages())
+@pytest.mark.parametrize("package", ["searchenv", "agents"])
 def test_no_import_cycles(package: str) -> None:
     assert _cycles(package) == []
 
 
-@pytest.mark.parametrize("package", _packages())
+@pytest.mark.parametrize("package", ["searchenv", "agents"])
 def test_no_source_file_over_800_lines(package: str) -> None:
     long = {
         str(p.relative_to(SRC)): n
@@ -130,7 +119,6 @@ def test_no_source_file_over_800_lines(package: str) -> None:
     assert long == {}
 
 
-@pytest.mark.xfail("agents" in NOT_YET, strict=True, reason="issue 40: not yet redesigned")
 def test_agents_has_folders_not_flat_modules() -> None:
     top = sorted(p.name for p in (SRC / "agents").glob("*.py"))
     assert top == ["__init__.py", "devices.py"]

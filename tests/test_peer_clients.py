@@ -21,7 +21,7 @@ requests = pytest.importorskip("requests")
 
 from searchenv.corpus import Document  # noqa: E402
 from searchenv.retrievers.bm25 import BM25Retriever  # noqa: E402
-from searchenv.retrievers.server import create_app  # noqa: E402
+from searchenv.serving.server import create_app  # noqa: E402
 
 from .conftest import DOCS  # noqa: E402
 from .test_remote import LiveServer  # noqa: E402

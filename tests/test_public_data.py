@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from searchenv.cli import get_app
 from searchenv.corpus import DataWarning, corpus_fingerprint, read_corpus
-from searchenv.tasks.base import read_qa_jsonl
+from searchenv.tasks import read_qa_jsonl
 
 runner = CliRunner()
 
@@ -171,7 +171,7 @@ def test_converted_passage_ids_are_prefixed_per_file(tmp_path: Path) -> None:
 
 
 def test_converted_questions_carry_the_fingerprint_of_their_corpus(tmp_path: Path) -> None:
-    from searchenv.retrievers.index_meta import read_meta
+    from searchenv.retrievers.index.metadata import read_meta
 
     qa, corpus = _convert(tmp_path, "dev", HOTPOT_DEV)
     index = _index(corpus, tmp_path / "idx")

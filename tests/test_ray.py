@@ -15,7 +15,7 @@ serve = pytest.importorskip("ray.serve")
 from agents.integrations.ray import RayVectorEnv, ServeRetriever, retriever_app  # noqa: E402
 from searchenv.retrievers.base import RetrieverError  # noqa: E402
 from searchenv.retrievers.bm25 import BM25Retriever  # noqa: E402
-from searchenv.tasks.base import write_qa_jsonl  # noqa: E402
+from searchenv.tasks import write_qa_jsonl  # noqa: E402
 from searchenv.vector import SearchQAVectorEnv  # noqa: E402
 
 from .conftest import DOCS, EXAMPLES  # noqa: E402

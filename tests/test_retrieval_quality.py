@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from searchenv.retrievers.base import Hit
 from searchenv.retrievers.bm25 import BM25Retriever
 from searchenv.retrievers.quality import evaluate_retrieval
-from searchenv.tasks.base import QAExample, write_qa_jsonl
+from searchenv.tasks import QAExample, write_qa_jsonl
 
 from .conftest import DOCS, EXAMPLES
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from searchenv.cli import get_app
-from searchenv.tasks.base import QAExample, blank_answer, write_qa_jsonl
+from searchenv.tasks import QAExample, blank_answer, write_qa_jsonl
 from searchenv.tasks.rows import example_from_row, task_rows, write_parquet
 
 from .conftest import EXAMPLES

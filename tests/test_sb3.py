@@ -410,7 +410,7 @@ def test_cli_train_sb3_ppo_on_files(tmp_path: Path, corpus_file: Path) -> None:
     from typer.testing import CliRunner
 
     from searchenv.cli import get_app
-    from searchenv.tasks.base import write_qa_jsonl
+    from searchenv.tasks import write_qa_jsonl
 
     qa = tmp_path / "qa.jsonl"
     write_qa_jsonl(qa, EXAMPLES)

@@ -274,7 +274,7 @@ def test_heuristic_agent_reads_only_the_question_and_what_it_retrieved(tmp_path:
     from dataclasses import replace
 
     from agents.baselines.scripted import HeuristicAgent
-    from searchenv.tasks.base import read_qa_jsonl
+    from searchenv.tasks import read_qa_jsonl
     from searchenv.tasks.synthetic import QuestionConfig, SyntheticTaskConfig, write_world
     from searchenv.tasks.world.world import WorldConfig
 
@@ -326,7 +326,7 @@ def test_estimate_hops(question: str, hops: int) -> None:
 
 def test_oracle_searches_independent_hops_together_under_multi_query(bm25) -> None:  # type: ignore[no-untyped-def]
     """RAG-R1: a comparison's two lookups go in one turn; a bridge's next hop waits for its answer."""
-    from searchenv.tasks.base import QAExample, SubQuestion
+    from searchenv.tasks import QAExample, SubQuestion
 
     comparison = QAExample(
         "c0", "Who was born first, Velora Quenn or Tobin Quenn?", ("Velora Quenn",), ("d0", "d3"),

@@ -153,7 +153,7 @@ def test_the_packaged_searcher_runs_as_a_reference_agent() -> None:
     from agents.policies.hf import packaged_gguf_path
     from searchenv.protocols import Invalid, get_protocol
     from searchenv.retrievers import retriever_for_corpus
-    from searchenv.tasks.base import load_task
+    from searchenv.tasks import load_task
 
     try:
         packaged_gguf_path()

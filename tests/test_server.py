@@ -19,7 +19,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 
 from searchenv.retrievers.base import Hit, RetrieverError  # noqa: E402
 from searchenv.retrievers.bm25 import BM25Retriever  # noqa: E402
-from searchenv.retrievers.server import ServerLimits, create_app  # noqa: E402
+from searchenv.serving.server import ServerLimits, create_app  # noqa: E402
 
 from .conftest import DOCS, stop_process  # noqa: E402
 
@@ -210,7 +210,7 @@ def test_retriever_failures_are_503_and_bugs_are_json_500_without_internal_text(
         def bug(*args: object) -> None:
             raise RuntimeError("a bug while answering")
 
-        monkeypatch.setattr("searchenv.retrievers.server.search_r1_result", bug)
+        monkeypatch.setattr("searchenv.serving.server.search_r1_result", bug)
         r = c.post("/retrieve", json={"queries": ["a"], "return_scores": True})
         assert r.status_code == 500
         assert r.json() == {"error": "internal server error; the server log has the details",

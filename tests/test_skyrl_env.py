@@ -12,7 +12,7 @@ skyrl_gym = pytest.importorskip("skyrl_gym")
 from searchenv.env import SearchQAEnv  # noqa: E402
 from searchenv.integrations.skyrl import SearchQASkyRLEnv, register  # noqa: E402
 from searchenv.retrievers.bm25 import BM25Retriever  # noqa: E402
-from searchenv.tasks.base import QAExample  # noqa: E402
+from searchenv.tasks import QAExample  # noqa: E402
 from searchenv.tasks.rows import example_from_row  # noqa: E402
 
 from .conftest import DOCS, EXAMPLES  # noqa: E402

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from searchenv.corpus import read_corpus
-from searchenv.tasks.base import QAExample, read_qa_jsonl
+from searchenv.tasks import QAExample, read_qa_jsonl
 from searchenv.tasks.synthetic import (
     QUESTION_KINDS,
     QuestionConfig,

@@ -11,8 +11,7 @@ import pytest
 
 from searchenv.corpus import read_corpus
 from searchenv.retrievers.bm25 import BM25Retriever
-from searchenv.tasks import synthetic
-from searchenv.tasks.base import load_task, read_qa_jsonl, task_specs
+from searchenv.tasks import load_task, read_qa_jsonl, synthetic, task_specs
 from searchenv.tasks.synthetic import (
     DEFAULT_TASK,
     QuestionConfig,

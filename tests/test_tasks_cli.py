@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from searchenv.cli import get_app
 from searchenv.corpus import read_corpus
-from searchenv.tasks.base import read_qa_jsonl
+from searchenv.tasks import read_qa_jsonl
 
 runner = CliRunner()
 

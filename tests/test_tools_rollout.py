@@ -183,7 +183,7 @@ def test_parse_telemetry_in_trainer_metrics_eval_rows_and_episode_metrics(tools_
     from agents.baselines import LLMAgent, run_agent
     from agents.evaluation.evaluate import summarize
     from agents.trainers.episodes import episode_from_record, episode_metrics
-    from searchenv.env import episode_metrics as env_episode_metrics
+    from searchenv.metrics import episode_metrics as env_episode_metrics
     from tests.conftest import EXAMPLES
 
     env = make_env(protocol="tools", max_turns=6)

@@ -164,7 +164,7 @@ def test_plot_without_metrics_fails_cleanly(tmp_path: Path) -> None:
 def _tiny_run_inputs(tmp_path: Path) -> None:
     """A tiny model folder (``model``), ``qa.jsonl`` and ``corpus.jsonl`` of the test world under ``tmp_path``."""
     from searchenv.corpus import write_corpus
-    from searchenv.tasks.base import write_qa_jsonl
+    from searchenv.tasks import write_qa_jsonl
     from tests.conftest import DOCS, EXAMPLES
     from tests.tiny_model import build_tiny_model
 

@@ -10,7 +10,7 @@ import pytest
 from searchenv.protocols import Answer, Search
 from searchenv.retrievers.base import Hit
 from searchenv.rewards import StepContext, relevance_score
-from searchenv.verifiers import (
+from searchenv.rewards.verifiers import (
     EmbeddingVerifier,
     JudgeVerifier,
     answer_in_doc,
@@ -68,7 +68,7 @@ def test_gold_evidence_share_of_new_documents(per_query: Any, seen: Any, expecte
 
 
 def test_gold_evidence_without_gold_is_zero() -> None:
-    from searchenv.tasks.base import QAExample
+    from searchenv.tasks import QAExample
 
     assert gold_evidence(step(QAExample("x", "Where is Karsk?", ("Vuldoria",)), ["d4"])) == 0.0
 

@@ -16,19 +16,37 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 
 from searchenv.corpus import Document, read_corpus, write_corpus
-from searchenv.protocols import Answer, Invalid, Open, Protocol, Search, get_protocol
+from searchenv.protocols import ActionProtocol, Answer, Invalid, Open, Protocol, Search, get_protocol
 from searchenv.retrievers.base import Hit, Retriever, RetrieverError
 from searchenv.spaces import UnicodeText
-from searchenv.tasks.base import QAExample, SubQuestion, load_task
+from searchenv.tasks.example import QAExample, SubQuestion
+from searchenv.tasks.registry import load_task
+from searchenv.utils.moved import register_moves
 
 if TYPE_CHECKING:
     from searchenv.env import SearchQAEnv
+
+#: Modules that moved in the house redesign (issue 40): old dotted name -> new one. The old names
+#: keep importing (with a DeprecationWarning) for one release.
+MOVED_MODULES = {
+    "searchenv.verifiers": "searchenv.rewards.verifiers",
+    "searchenv.tasks.base": "searchenv.tasks",
+    "searchenv.docstore": "searchenv.retrievers.index.docstore",
+    "searchenv.retrievers.index_meta": "searchenv.retrievers.index.metadata",
+    "searchenv.retrievers.server": "searchenv.serving.server",
+    "searchenv.retrievers.remote": "searchenv.serving.client",
+    "searchenv.httpclient": "searchenv.utils.httpclient",
+    "searchenv.jsonsafe": "searchenv.utils.jsonsafe",
+    "searchenv.files": "searchenv.utils.files",
+}
+register_moves(MOVED_MODULES)
 
 __version__ = "0.1.0"
 ENV_ID = "SearchQA-v0"
 
 __all__ = [
     "ENV_ID",
+    "ActionProtocol",
     "Answer",
     "Document",
     "Hit",

@@ -15,8 +15,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from searchenv.files import publishable
-from searchenv.jsonsafe import iter_jsonl
+from searchenv.utils.files import publishable
+from searchenv.utils.jsonsafe import iter_jsonl
 
 
 class CorpusFormatError(ValueError):

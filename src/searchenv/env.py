@@ -7,18 +7,28 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any, SupportsFloat
 
 import gymnasium as gym
 
-from searchenv.metrics import exact_match, f1_score, gold_in_prediction, normalize_answer
-from searchenv.protocols import INVALID_CODES, Action, Answer, Invalid, Open, Protocol, Search, get_protocol
+from searchenv.make import check_evidence, resolve_retriever, resolve_task, shared_retriever
+from searchenv.metrics import episode_metrics, exact_match, f1_score, gold_in_prediction, normalize_answer
+from searchenv.protocols import Action, ActionProtocol, Answer, Invalid, Open, Search, get_protocol
 from searchenv.refiners import Refiner, get_refiner
 from searchenv.retrievers.base import Hit, Retriever, RetrieverError
-from searchenv.rewards import Reward, StepContext, answer_admissible, get_reward, score_step
+from searchenv.rewards import Reward, RewardResult, StepContext, answer_admissible, get_reward, score_step
 from searchenv.spaces import UnicodeText
-from searchenv.tasks.base import QAExample
+from searchenv.tasks.example import QAExample
+
+__all__ = [
+    "DEFAULT_MAX_DOC_CHARS",
+    "DEFAULT_TASK",
+    "SearchQAEnv",
+    "StepRequest",
+    "episode_metrics",
+    "resolve_retriever",
+    "search_or_error",
+]
 
 DEFAULT_TASK = "synthetic-mixed"
 #: Retrieved document text is cut to this many characters unless ``max_doc_chars`` says otherwise.
@@ -45,6 +55,20 @@ class StepRequest:
     text: str
     action: Action
     queries: tuple[str, ...]
+
+
+@dataclass
+class _Turn:
+    """What one action's helper in :meth:`SearchQAEnv.finish_step` made of the turn."""
+
+    new_text: str = ""
+    hits: tuple[tuple[Hit, ...], ...] = ()  # as the reward sees them: cut to max_doc_chars, refined
+    shown: tuple[tuple[Hit, ...], ...] = ()  # as the protocol shows them (browse: snippets; open: the page)
+    refined: list[list[dict[str, Any]]] | None = None
+    numbers: list[list[int]] | None = None  # each hit's episode-wide number
+    opened: dict[str, Any] | None = None
+    cited: tuple[str, ...] | None = None
+    repeated: int = 0  # queries asked before in the episode
 
 
 class SearchQAEnv(gym.Env[str, str]):
@@ -127,7 +151,7 @@ class SearchQAEnv(gym.Env[str, str]):
         tools, a turn is one Hermes/Qwen ``<tool_call>{...}</tool_call>`` or the JSON object
         alone, results come back as ``tool`` messages with the call's id; :meth:`messages` is what
         a tool-calling chat template renders), ``"tools-browse"`` (``tools`` with ``open``), or a
-        :class:`~searchenv.protocols.Protocol`.
+        :class:`~searchenv.protocols.ActionProtocol`.
     top_k: Documents returned per query.
     max_turns: Turn budget per episode.
     reward: See Rewards.
@@ -158,7 +182,7 @@ class SearchQAEnv(gym.Env[str, str]):
         *,
         corpus: str | os.PathLike[str] | None = None,
         retriever: str | os.PathLike[str] | Retriever = "bm25",
-        protocol: str | Protocol = "search-r1",
+        protocol: str | ActionProtocol = "search-r1",
         top_k: int = 3,
         max_turns: int = 4,
         reward: str | Reward | Mapping[str, float] = "default",
@@ -197,10 +221,10 @@ class SearchQAEnv(gym.Env[str, str]):
             get_protocol(protocol, **proto_opts) if isinstance(protocol, str) else get_protocol(protocol)
         )
         self.reward_fn: Reward = get_reward(reward)
-        self.examples, corpus_path = _resolve_task(task, split, corpus)
-        self.retriever: Retriever = _resolve_retriever(retriever, corpus_path)
+        self.examples, corpus_path = resolve_task(task, split, corpus)
+        self.retriever: Retriever = shared_retriever(retriever, corpus_path)
         if isinstance(task, str | os.PathLike):  # a QA file or a named task; engines hand over examples
-            _check_evidence(self.retriever, self.examples, task, retriever)
+            check_evidence(self.retriever, self.examples, task, retriever)
         self._by_id = {ex.id: i for i, ex in enumerate(self.examples)}
 
         per_query = top_k * (max_doc_chars + _MAX_TITLE_CHARS + 24) + self.protocol.max_query_chars + 32
@@ -360,100 +384,41 @@ class SearchQAEnv(gym.Env[str, str]):
         if request is not self._pending or self._example is None:
             raise RuntimeError("finish_step() needs the request from the latest prepare_step()")
         self._pending = None
-        ex, action = self._example, request.action
+        action = request.action
         self._turn += 1
-        infra_error = isinstance(hits, Exception)
-        step_hits: tuple[tuple[Hit, ...], ...] = ()
-        refined: list[list[dict[str, Any]]] | None = None
-        shown: tuple[tuple[Hit, ...], ...] = ()
-        numbers: list[list[int]] | None = None
-        opened: dict[str, Any] | None = None
-        cited: tuple[str, ...] | None = None
-        new_ids: list[str] = []
-        repeated = 0
         if isinstance(action, Search):
-            self._num_searches += 1
-            self._num_queries += len(action.queries)
-            for q in action.queries:
-                key = normalize_answer(q)
-                if key in self._queries_seen:
-                    repeated += 1
-                self._queries_seen.add(key)
-            self._duplicate_queries += repeated
-            if isinstance(hits, Exception):
-                self._infra_errors += 1
-                message = str(hits) if isinstance(hits, RetrieverError) else f"{type(hits).__name__}: {hits}"
-                new_text = self.protocol.render_error(message[:_MAX_ERROR_CHARS])
-            else:
-                if hits is None or len(hits) != len(action.queries):
-                    raise ValueError(
-                        f"finish_step() got {0 if hits is None else len(hits)} hit lists for "
-                        f"{len(action.queries)} queries"
-                    )
-                raw = tuple(tuple(per_q[: self.top_k]) for per_q in hits)
-                step_hits = tuple(tuple(self._clip(h) for h in per_q) for per_q in raw)
-                if self.refiner is not None:
-                    step_hits, refined = self.refiner.refine(action.queries, step_hits)
-                whole = {h.doc_id: h for per_q in raw for h in per_q}  # as retrieved: what open reads
-                numbers = [[self._number(whole.get(h.doc_id, h)) for h in per_q] for per_q in step_hits]
-                shown = tuple(self.protocol.as_shown(per_q) for per_q in step_hits)
-                if self.protocol.episode_numbering:
-                    new_text = self.protocol.render_hits(action.queries, shown, numbers=numbers)
-                else:
-                    new_text = self.protocol.render_hits(action.queries, shown)
+            out = self._finish_search(action, hits)
         elif isinstance(action, Open):
-            self._num_opens += 1
-            doc = self._numbered[action.number - 1]
-            pages = self.protocol.paginate(doc.text)
-            page = replace(doc, title=doc.title[:_MAX_TITLE_CHARS], text=pages[action.page - 1])
-            new_text = self.protocol.render_page(action.number, page, action.page, len(pages), page.text)
-            shown = ((page,),)
-            self._opened.append(doc.doc_id)
-            opened = {"doc_id": doc.doc_id, "number": action.number, "page": action.page, "pages": len(pages)}
+            out = self._finish_open(action)
         elif isinstance(action, Invalid):
-            self._invalid_turns += 1
-            self._invalid_reasons[action.code] = self._invalid_reasons.get(action.code, 0) + 1
-            new_text = self.protocol.render_invalid(action)
+            out = self._finish_invalid(action)
         else:
-            new_text = ""
-            if action.cited is not None:  # numbers never shown in this episode name nothing
-                cited = tuple(dict.fromkeys(
-                    self._numbered[n - 1].doc_id for n in action.cited if 1 <= n <= len(self._numbered)
-                ))
-                self._cited = list(cited)
-        self.shown_hits = shown
+            out = self._finish_answer(action)
+        self.shown_hits = out.shown
         seen_before = frozenset(self._retrieved_set)
-        step_ids: list[str] = []
-        for per_q in step_hits:
-            for h in per_q:
-                if h.doc_id not in step_ids:
-                    step_ids.append(h.doc_id)
-                if h.doc_id not in self._retrieved_set:
-                    self._retrieved_set.add(h.doc_id)
-                    self._retrieved.append(h.doc_id)
-                    new_ids.append(h.doc_id)
+        step_ids, new_ids = self._record_retrieved(out.hits)
 
         terminated = isinstance(action, Answer)
         truncated = not terminated and self._turn >= self.max_turns
         ctx = StepContext(
-            example=ex,
+            example=self._example,
             action=action,
             turn=self._turn,
             terminated=terminated,
             truncated=truncated,
             text=request.text,
             queries=request.queries,
-            hits=step_hits,
+            hits=out.hits,
             new_doc_ids=tuple(new_ids),
             seen_doc_ids=seen_before,
             num_searches=self._num_searches,
             num_queries=self._num_queries,
-            repeated_queries=repeated,
+            repeated_queries=out.repeated,
             invalid_turns=self._invalid_turns,
-            infra_error=infra_error,
+            infra_error=isinstance(hits, Exception),
             num_opens=self._num_opens,
-            opened_doc_id=opened["doc_id"] if opened else None,
-            cited_doc_ids=cited,
+            opened_doc_id=out.opened["doc_id"] if out.opened else None,
+            cited_doc_ids=out.cited,
             history=tuple(self._history),
             signal_history=tuple(self._signal_history),
         )
@@ -468,13 +433,108 @@ class SearchQAEnv(gym.Env[str, str]):
         # A too-long turn is stored cut to the action space, so the transcript stays in the
         # observation space; a custom protocol's over-long rendering is cut the same way.
         turn_text = _bounded(request.text, self._turn_bound)
-        new_text = _bounded(new_text, self._info_bound)
+        new_text = _bounded(out.new_text, self._info_bound)
         self._parts.append(turn_text + new_text)
         self._messages.extend(self.protocol.turn_messages(turn_text, action, new_text))
         self._done = terminated or truncated
 
+        info = self._step_info(self._example.id, request, out, new_text, step_ids, scored, hits)
+        obs = "".join(self._parts)
+        if self.render_mode == "human":
+            self.render()
+        return obs, reward, terminated, truncated, info
+
+    def _finish_search(self, action: Search, hits: Sequence[Sequence[Hit]] | Exception | None) -> _Turn:
+        """Count the queries, then render the hits (cut, refined, numbered) or the retriever's error."""
+        out = _Turn()
+        self._num_searches += 1
+        self._num_queries += len(action.queries)
+        for q in action.queries:
+            key = normalize_answer(q)
+            if key in self._queries_seen:
+                out.repeated += 1
+            self._queries_seen.add(key)
+        self._duplicate_queries += out.repeated
+        if isinstance(hits, Exception):
+            self._infra_errors += 1
+            message = str(hits) if isinstance(hits, RetrieverError) else f"{type(hits).__name__}: {hits}"
+            out.new_text = self.protocol.render_error(message[:_MAX_ERROR_CHARS])
+            return out
+        if hits is None or len(hits) != len(action.queries):
+            raise ValueError(
+                f"finish_step() got {0 if hits is None else len(hits)} hit lists for "
+                f"{len(action.queries)} queries"
+            )
+        raw = tuple(tuple(per_q[: self.top_k]) for per_q in hits)
+        out.hits = tuple(tuple(self._clip(h) for h in per_q) for per_q in raw)
+        if self.refiner is not None:
+            out.hits, out.refined = self.refiner.refine(action.queries, out.hits)
+        whole = {h.doc_id: h for per_q in raw for h in per_q}  # as retrieved: what open reads
+        out.numbers = [[self._number(whole.get(h.doc_id, h)) for h in per_q] for per_q in out.hits]
+        out.shown = tuple(self.protocol.as_shown(per_q) for per_q in out.hits)
+        if self.protocol.episode_numbering:
+            out.new_text = self.protocol.render_hits(action.queries, out.shown, numbers=out.numbers)
+        else:
+            out.new_text = self.protocol.render_hits(action.queries, out.shown)
+        return out
+
+    def _finish_open(self, action: Open) -> _Turn:
+        """Show one page of a document this episode showed (checked by :meth:`_check_open`)."""
+        out = _Turn()
+        self._num_opens += 1
+        doc = self._numbered[action.number - 1]
+        pages = self.protocol.paginate(doc.text)
+        page = replace(doc, title=doc.title[:_MAX_TITLE_CHARS], text=pages[action.page - 1])
+        out.new_text = self.protocol.render_page(action.number, page, action.page, len(pages), page.text)
+        out.shown = ((page,),)
+        self._opened.append(doc.doc_id)
+        out.opened = {"doc_id": doc.doc_id, "number": action.number, "page": action.page, "pages": len(pages)}
+        return out
+
+    def _finish_invalid(self, action: Invalid) -> _Turn:
+        """Count the malformed turn by its code and tell the model how to fix it."""
+        self._invalid_turns += 1
+        self._invalid_reasons[action.code] = self._invalid_reasons.get(action.code, 0) + 1
+        return _Turn(new_text=self.protocol.render_invalid(action))
+
+    def _finish_answer(self, action: Answer) -> _Turn:
+        """An answer shows nothing; its citations (``arena``) become the doc ids they name."""
+        out = _Turn()
+        if action.cited is not None:  # numbers never shown in this episode name nothing
+            out.cited = tuple(dict.fromkeys(
+                self._numbered[n - 1].doc_id for n in action.cited if 1 <= n <= len(self._numbered)
+            ))
+            self._cited = list(out.cited)
+        return out
+
+    def _record_retrieved(self, step_hits: tuple[tuple[Hit, ...], ...]) -> tuple[list[str], list[str]]:
+        """This step's doc ids in order, and those never retrieved before in the episode (now recorded)."""
+        step_ids: list[str] = []
+        new_ids: list[str] = []
+        for per_q in step_hits:
+            for h in per_q:
+                if h.doc_id not in step_ids:
+                    step_ids.append(h.doc_id)
+                if h.doc_id not in self._retrieved_set:
+                    self._retrieved_set.add(h.doc_id)
+                    self._retrieved.append(h.doc_id)
+                    new_ids.append(h.doc_id)
+        return step_ids, new_ids
+
+    def _step_info(
+        self,
+        example_id: str,
+        request: StepRequest,
+        out: _Turn,
+        new_text: str,
+        step_ids: list[str],
+        scored: RewardResult,
+        hits: Sequence[Sequence[Hit]] | Exception | None,
+    ) -> dict[str, Any]:
+        """The step's ``info`` (see the class docstring), with the episode's totals when it ended."""
+        action = request.action
         info: dict[str, Any] = {
-            "example_id": ex.id,
+            "example_id": example_id,
             "new_text": new_text,
             "turn": self._turn,
             "action_type": _action_type(action),
@@ -482,25 +542,22 @@ class SearchQAEnv(gym.Env[str, str]):
             "num_searches": self._num_searches,
             "queries": list(request.queries),
             "doc_ids": step_ids,
-            "reward_terms": dict(terms),
+            "reward_terms": dict(scored.terms),
             "reward_signals": dict(scored.signals),
-            "infra_error": infra_error,
+            "infra_error": isinstance(hits, Exception),
             "infra_error_type": type(hits).__name__ if isinstance(hits, Exception) else None,
         }
-        if refined is not None:
-            info["refined"] = refined
-        if numbers is not None and self.protocol.episode_numbering:
-            info["doc_numbers"] = numbers
-        if opened is not None:
-            info["opened"] = opened
-        if cited is not None:
-            info["cited_doc_ids"] = list(cited)
+        if out.refined is not None:
+            info["refined"] = out.refined
+        if out.numbers is not None and self.protocol.episode_numbering:
+            info["doc_numbers"] = out.numbers
+        if out.opened is not None:
+            info["opened"] = out.opened
+        if out.cited is not None:
+            info["cited_doc_ids"] = list(out.cited)
         if self._done:
             info.update(self._final_info(action.text if isinstance(action, Answer) else None))
-        obs = "".join(self._parts)
-        if self.render_mode == "human":
-            self.render()
-        return obs, reward, terminated, truncated, info
+        return info
 
     def step(self, action: str) -> tuple[str, SupportsFloat, bool, bool, dict[str, Any]]:
         """Take one model turn (parse, search if asked, score).
@@ -628,41 +685,6 @@ class SearchQAEnv(gym.Env[str, str]):
         return None
 
 
-def episode_metrics(final_info: Mapping[str, Any]) -> dict[str, float]:
-    """An episode's numbers, flat, for an engine's metric logger (SkyRL, verl, TRL all take these).
-
-    Args:
-        final_info: The ``info`` of the step that ended the episode (or of :meth:`SearchQAEnv.end_episode`).
-
-    Returns:
-        ``em``, ``f1``, ``contains``, ``searches``, ``queries``, ``duplicate_queries``, ``turns``,
-        ``invalid_turns``, ``infra_errors``, ``answered`` and ``answer_admissible`` (0/1),
-        ``return``, ``evidence_recall`` (only when the example has gold evidence),
-        ``reward/<term>`` per reward term, and parse telemetry ``invalid/<code>`` for every code
-        of :data:`~searchenv.protocols.INVALID_CODES` (the share of the episode's turns with that
-        code, 0 for most): every value a float.
-
-    Raises:
-        KeyError: If ``final_info`` is not a final info (it has no ``episode``).
-    """
-    ep = final_info["episode"]
-    out = {"em": float(ep["em"]), "f1": float(ep["f1"]), "contains": float(ep["contains"]),
-           "searches": float(ep["searches"]), "queries": float(ep["queries"]),
-           "duplicate_queries": float(ep["duplicate_queries"]), "turns": float(ep["turns"]),
-           "invalid_turns": float(ep["invalid_turns"]), "infra_errors": float(ep["infra_errors"]),
-           "answered": float(ep["answered"]), "answer_admissible": float(ep["answer_admissible"]),
-           "return": float(ep["return"]), "opens": float(ep["opens"])}
-    if ep["evidence_recall"] is not None:
-        out["evidence_recall"] = float(ep["evidence_recall"])
-    for term, value in ep["reward_totals"].items():
-        out[f"reward/{term}"] = float(value)
-    reasons = ep.get("invalid_reasons") or {}
-    turns = max(1, int(ep["turns"]))
-    for code in INVALID_CODES:
-        out[f"invalid/{code}"] = float(reasons.get(code, 0)) / turns
-    return out
-
-
 def _action_type(action: Action) -> str:
     if isinstance(action, Search):
         return "search"
@@ -724,132 +746,3 @@ def _bounded(text: str, limit: int) -> str:
     if limit <= len(_CUT_MARK):
         return text[:limit]
     return text[: limit - len(_CUT_MARK)] + _CUT_MARK
-
-
-def _resolve_task(
-    task: str | os.PathLike[str] | Sequence[QAExample], split: str, corpus: str | os.PathLike[str] | None
-) -> tuple[list[QAExample], Path | None]:
-    from searchenv.tasks.base import load_task, looks_like_file, read_qa_jsonl
-
-    corpus_path: Path | None = None
-    if corpus is not None:
-        corpus_path = _corpus_path(corpus)
-    if isinstance(task, str | os.PathLike) and Path(task).is_file():
-        examples = read_qa_jsonl(task)
-    elif isinstance(task, os.PathLike) or (isinstance(task, str) and looks_like_file(task)):
-        raise FileNotFoundError(f"task file {task} not found")
-    elif isinstance(task, str):
-        t = load_task(task)
-        examples = list(t.examples(split))
-        if corpus_path is None:
-            corpus_path = t.corpus_path
-    else:
-        examples = list(task)
-        bad = [type(e).__name__ for e in examples if not isinstance(e, QAExample)]
-        if bad:
-            raise TypeError(f"task must hold QAExample objects, got {bad[0]}")
-    if not examples:
-        raise ValueError(f"task {task!r} has no examples in split {split!r}")
-    return examples, corpus_path
-
-
-_EVIDENCE_CHECKED: set[tuple[object, ...]] = set()
-
-
-def _check_evidence(retriever: Retriever, examples: Sequence[QAExample], task: str | os.PathLike[str],
-                    spec: object) -> None:
-    """Warn once per process (a :class:`~searchenv.corpus.DataWarning`) if a QA file's evidence is not in the index.
-
-    See :func:`searchenv.retrievers.quality.evidence_warning`; named tasks bring their own corpus.
-    """
-    if not Path(task).is_file():
-        return
-    key = (os.path.abspath(task), os.stat(task).st_mtime_ns, type(retriever).__name__,
-           getattr(retriever, "fingerprint", None) or id(retriever))
-    if key in _EVIDENCE_CHECKED:
-        return
-    _EVIDENCE_CHECKED.add(key)
-    import warnings
-
-    from searchenv.corpus import DataWarning
-    from searchenv.retrievers.quality import evidence_warning
-
-    label = str(spec) if isinstance(spec, str | os.PathLike) else type(retriever).__name__
-    message = evidence_warning(retriever, examples, index=label, questions=str(task))
-    if message is not None:
-        warnings.warn(message, DataWarning, stacklevel=3)
-
-
-def _corpus_path(corpus: str | os.PathLike[str]) -> Path:
-    path = Path(corpus)
-    if path.is_file():
-        return path
-    if isinstance(corpus, str) and not path.suffix:
-        from searchenv.tasks.base import load_task
-
-        return load_task(corpus).corpus_path
-    raise FileNotFoundError(f"corpus file {corpus} does not exist")
-
-
-def resolve_retriever(retriever: str | os.PathLike[str] | Retriever,
-                      corpus: str | os.PathLike[str] | None = None) -> Retriever:
-    """A retriever as ``SearchQAEnv(retriever=...)`` resolves it, shared per process.
-
-    Args:
-        retriever: ``bm25``/``dense`` (with ``corpus``), an index folder, a server URL, or an object
-            with ``search_batch`` (returned as is).
-        corpus: Corpus file (or a task name whose corpus to use) for a named index kind.
-
-    Raises:
-        ValueError: If ``retriever`` is none of those, or a named kind has no corpus.
-        FileNotFoundError: If ``corpus`` does not exist.
-    """
-    return _resolve_retriever(retriever, _corpus_path(corpus) if corpus is not None else None)
-
-
-_SHARED: dict[tuple[object, ...], Retriever] = {}
-
-
-def _resolve_retriever(retriever: str | os.PathLike[str] | Retriever, corpus_path: Path | None) -> Retriever:
-    from searchenv.retrievers import index_kinds, open_index, retriever_for_corpus
-    from searchenv.retrievers.remote import is_server_url
-
-    if not isinstance(retriever, str | os.PathLike):
-        if not callable(getattr(retriever, "search_batch", None)):
-            raise TypeError(
-                f"retriever must be a name, an index folder or have search_batch(), got {retriever!r}"
-            )
-        return retriever
-    if is_server_url(retriever):
-        from searchenv.retrievers.remote import remote_from_url
-
-        key_url = ("remote", str(retriever))
-        if key_url not in _SHARED:  # one client (and connection pool) per server and process
-            _SHARED[key_url] = remote_from_url(str(retriever))
-        return _SHARED[key_url]
-    from searchenv.retrievers.index_meta import META_FILE
-
-    folder = os.path.abspath(retriever)  # no syscalls: engines build an env per trajectory
-    try:
-        stamp = os.stat(os.path.join(folder, META_FILE)).st_mtime_ns  # a rebuild renames a new one in
-    except OSError:
-        stamp = None
-    if stamp is not None:
-        key_dir = ("folder", folder, stamp, str(corpus_path) if corpus_path else None)
-        if key_dir not in _SHARED:  # one open index per folder and process
-            _SHARED[key_dir] = open_index(retriever, corpus=corpus_path)
-        return _SHARED[key_dir]
-    if Path(retriever).is_dir():  # not an index: open_index says what is wrong
-        return open_index(retriever, corpus=corpus_path)
-    if not isinstance(retriever, str) or retriever not in index_kinds():
-        raise ValueError(
-            f"retriever {retriever!r} is neither a known kind "
-            f"({', '.join(index_kinds())}), an index folder, nor a server URL (http://HOST:PORT)"
-        )
-    if corpus_path is None:
-        raise ValueError(f"retriever={retriever!r} needs a corpus: pass corpus=PATH (or a named task)")
-    st = corpus_path.stat()
-    key = (retriever, str(corpus_path.resolve()), st.st_mtime_ns, st.st_size)
-    if key not in _SHARED:  # one index per process, shared by every env over the same corpus
-        _SHARED[key] = retriever_for_corpus(retriever, corpus_path)
-    return _SHARED[key]

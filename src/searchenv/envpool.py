@@ -1,7 +1,7 @@
 """Environments kept for reuse: engines (SkyRL, verl) build one environment per trajectory.
 
-Building a :class:`~searchenv.env.SearchQAEnv` costs tens of microseconds; an engine that makes
-one per trajectory pays it thousands of times per step. An :class:`EnvPool` hands back an
+Building a :class:`~searchenv.env.SearchQAEnv` checks and sizes everything it is given; an engine
+that makes one per trajectory pays that thousands of times per step. An :class:`EnvPool` hands back an
 environment that an earlier trajectory with the same settings released, and builds one only when
 none is free. Environments are reset with ``options={"example": ...}``, so which questions one
 was built with does not matter; the index behind them is opened once per process anyway
@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from searchenv.env import SearchQAEnv
-from searchenv.tasks.base import QAExample
+from searchenv.tasks.example import QAExample
 
 
 class EnvPool(dict[str, list[SearchQAEnv]]):

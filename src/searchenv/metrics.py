@@ -1,5 +1,8 @@
 """Answer normalisation and outcome metrics, as in the SQuAD / HotpotQA evaluation scripts.
 
+Also the episode's numbers for metric loggers (:func:`episode_metrics`) and parse telemetry
+(:func:`invalid_share`).
+
 :func:`normalize_answer` lower-cases, removes ASCII punctuation (``string.punctuation``,
 without inserting spaces: ``well-known`` becomes ``wellknown``), removes the articles
 *a*, *an*, *the* and collapses whitespace, in that order, exactly as the SQuAD v1.1
@@ -27,7 +30,10 @@ from __future__ import annotations
 import re
 import string
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from searchenv.protocols.actions import INVALID_CODES
 
 _PUNCT = frozenset(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
@@ -151,3 +157,59 @@ def answer_substring_in_text(text: str, answers: Sequence[str]) -> bool:
     """
     norm = normalize_answer(text)
     return any(a and a in norm for a in (normalize_answer(x) for x in _golds(answers)))
+
+
+def invalid_share(reasons: Iterable[str | None]) -> dict[str, float]:
+    """Parse telemetry: the share of turns that were invalid, by code.
+
+    Args:
+        reasons: Each turn's invalid code (``info["invalid_reason"]``), None for a well-formed turn.
+
+    Returns:
+        ``{code: turns with it / all turns}`` for each code that occurred, codes in the order of
+        :data:`INVALID_CODES` (unknown codes after them); empty when no turn was invalid.
+    """
+    counts: dict[str, int] = {}
+    total = 0
+    for reason in reasons:
+        total += 1
+        if reason is not None:
+            counts[str(reason)] = counts.get(str(reason), 0) + 1
+    order = {code: i for i, code in enumerate(INVALID_CODES)}
+    return {code: counts[code] / total for code in sorted(counts, key=lambda c: (order.get(c, len(order)), c))}
+
+
+def episode_metrics(final_info: Mapping[str, Any]) -> dict[str, float]:
+    """An episode's numbers, flat, for an engine's metric logger (SkyRL, verl, TRL all take these).
+
+    Args:
+        final_info: The ``info`` of the step that ended the episode (or of
+            :meth:`~searchenv.env.SearchQAEnv.end_episode`).
+
+    Returns:
+        ``em``, ``f1``, ``contains``, ``searches``, ``queries``, ``duplicate_queries``, ``turns``,
+        ``invalid_turns``, ``infra_errors``, ``answered`` and ``answer_admissible`` (0/1),
+        ``return``, ``evidence_recall`` (only when the example has gold evidence),
+        ``reward/<term>`` per reward term, and parse telemetry ``invalid/<code>`` for every code
+        of :data:`~searchenv.protocols.INVALID_CODES` (the share of the episode's turns with that
+        code, 0 for most): every value a float.
+
+    Raises:
+        KeyError: If ``final_info`` is not a final info (it has no ``episode``).
+    """
+    ep = final_info["episode"]
+    out = {"em": float(ep["em"]), "f1": float(ep["f1"]), "contains": float(ep["contains"]),
+           "searches": float(ep["searches"]), "queries": float(ep["queries"]),
+           "duplicate_queries": float(ep["duplicate_queries"]), "turns": float(ep["turns"]),
+           "invalid_turns": float(ep["invalid_turns"]), "infra_errors": float(ep["infra_errors"]),
+           "answered": float(ep["answered"]), "answer_admissible": float(ep["answer_admissible"]),
+           "return": float(ep["return"]), "opens": float(ep["opens"])}
+    if ep["evidence_recall"] is not None:
+        out["evidence_recall"] = float(ep["evidence_recall"])
+    for term, value in ep["reward_totals"].items():
+        out[f"reward/{term}"] = float(value)
+    reasons = ep.get("invalid_reasons") or {}
+    turns = max(1, int(ep["turns"]))
+    for code in INVALID_CODES:
+        out[f"invalid/{code}"] = float(reasons.get(code, 0)) / turns
+    return out

@@ -16,10 +16,9 @@ from typing import Any
 from agents.baselines.episode import Agent, EpisodeResult, EpisodeState, StepRecord
 from agents.rollout.seeds import agent_seed
 from searchenv.env import SearchQAEnv
-from searchenv.protocols import Protocol as ActionProtocol
-from searchenv.protocols import get_protocol
+from searchenv.protocols import ActionProtocol, get_protocol
 from searchenv.retrievers.base import Retriever
-from searchenv.tasks.base import QAExample
+from searchenv.tasks import QAExample
 from searchenv.vector import search_round
 
 

@@ -11,9 +11,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from searchenv.protocols import Protocol as ActionProtocol
+from searchenv.protocols import ActionProtocol
 from searchenv.retrievers.base import Hit
-from searchenv.tasks.base import QAExample
+from searchenv.tasks import QAExample
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from agents.baselines.episode import EpisodeState, Turn, with_system_prompt
 from agents.policies.base import ChatPolicy, Generation, GenerationError, Policy
 from agents.policies.chat import chat_renderer, reply_text
 from agents.rollout.seeds import agent_seed
-from searchenv.protocols import Protocol as ActionProtocol
+from searchenv.protocols import ActionProtocol
 
 DIRECT_PROMPT = (
     "Answer the question with a short answer (a name, place, year or a few words) and no "

@@ -55,9 +55,8 @@ import numpy as np
 
 from agents.baselines.episode import EpisodeState, Turn
 from searchenv.metrics import answer_in_text, normalize_answer
-from searchenv.protocols import Protocol as ActionProtocol
-from searchenv.protocols import sanitize
-from searchenv.tasks.base import QAExample, SubQuestion
+from searchenv.protocols import ActionProtocol, sanitize
+from searchenv.tasks import QAExample, SubQuestion
 
 #: What the oracle answers when it reached no hop at all.
 ABSTAIN = "unknown"

@@ -192,7 +192,7 @@ def read_manifest(path: str | os.PathLike[str] = PACKAGED) -> dict[str, Any]:
             f"no trained searcher in {Path(path)} (missing {MANIFEST}); produce one with "
             "python benchmarks/learning.py ... --lora --export-searcher (see docs/training.md)"
         )
-    from searchenv.jsonsafe import loads
+    from searchenv.utils.jsonsafe import loads
 
     manifest = loads(file.read_bytes(), str(file))
     if not isinstance(manifest, dict) or not isinstance(manifest.get("adapters"), list):

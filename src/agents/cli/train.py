@@ -74,7 +74,7 @@ def run_training(
         raise typer.Exit(2) from None
     from agents.trainers.checkpoints import CheckpointError
     from searchenv.cli import data_warnings_to_stderr
-    from searchenv.jsonsafe import JSONInputError
+    from searchenv.utils.jsonsafe import JSONInputError
 
     try:
         with data_warnings_to_stderr():

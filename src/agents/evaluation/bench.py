@@ -198,13 +198,13 @@ def suite_files(suite: Suite, data: str | os.PathLike[str], *, corpus: str | os.
 
 
 def read_set(bench_set: BenchSet, path: Path, qrels: Path | None) -> list[Any]:
-    """The questions of one set file (:class:`searchenv.tasks.base.QAExample`).
+    """The questions of one set file (:class:`searchenv.tasks.QAExample`).
 
     Raises:
         CorpusFormatError: Naming the file, line and field of a bad record.
     """
     if bench_set.layout == "flashrag":
-        from searchenv.tasks.base import read_qa_jsonl
+        from searchenv.tasks import read_qa_jsonl
 
         return read_qa_jsonl(path)
     from searchenv.tasks.formats import read_browsecomp_plus
@@ -326,7 +326,7 @@ class _JudgementLog:
         self.key = hashlib.sha256(json.dumps(dict(judge), sort_keys=True).encode()).hexdigest()[:16]
         self.saved: dict[tuple[str, str], dict[str, Any]] = {}
         if path.is_file():
-            from searchenv.jsonsafe import loads
+            from searchenv.utils.jsonsafe import loads
 
             lines = path.read_bytes().splitlines()
             head = loads(lines[0], f"{path}:1") if lines else None
@@ -374,13 +374,13 @@ def prepare_index(corpus: Path, retriever: str, *, index: str | os.PathLike[str]
     """One index of the corpus: the folder given (checked against the corpus) or the cached one, built on first use.
 
     Returns:
-        The index folder and its metadata (:func:`searchenv.retrievers.index_meta.read_meta`).
+        The index folder and its metadata (:func:`searchenv.retrievers.index.metadata.read_meta`).
 
     Raises:
         RetrieverError: If ``index`` is not an index, or was built from another corpus.
     """
     from searchenv.retrievers import cached_index_folder, retriever_for_corpus
-    from searchenv.retrievers.index_meta import check_fresh, read_meta
+    from searchenv.retrievers.index.metadata import check_fresh, read_meta
 
     if index is not None:
         check_fresh(index, corpus)
@@ -579,7 +579,7 @@ def read_card(path: str | os.PathLike[str]) -> dict[str, Any]:
     Raises:
         ValueError: If the file is not a metric card (naming the file and the field).
     """
-    from searchenv.jsonsafe import loads
+    from searchenv.utils.jsonsafe import loads
 
     card = loads(Path(path).read_bytes(), str(path))
     if not isinstance(card, dict) or card.get("searchenv_card") != CARD_VERSION:

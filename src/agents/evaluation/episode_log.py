@@ -18,7 +18,7 @@ from typing import Any
 
 from agents.baselines import EpisodeResult
 from searchenv.corpus import atomic_write_lines
-from searchenv.jsonsafe import loads
+from searchenv.utils.jsonsafe import loads
 
 #: Version of the file layout, on the first line.
 LOG_VERSION = 1

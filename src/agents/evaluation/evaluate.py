@@ -52,10 +52,9 @@ from agents.evaluation.summary import metric_means, share
 from agents.policies.base import Policy
 from searchenv.corpus import atomic_write_lines
 from searchenv.env import DEFAULT_MAX_DOC_CHARS, SearchQAEnv
-from searchenv.protocols import Protocol as ActionProtocol
-from searchenv.protocols import invalid_share
+from searchenv.protocols import ActionProtocol, invalid_share
 from searchenv.retrievers.base import Retriever
-from searchenv.tasks.base import QAExample
+from searchenv.tasks import QAExample
 
 #: (key, column title, format) of the comparison table, in order.
 COLUMNS: tuple[tuple[str, str, str], ...] = (

@@ -3,10 +3,10 @@
 Both wrap any :class:`~agents.policies.base.Policy` (an :class:`~agents.policies.hf.HFPolicy`, a
 vLLM policy, ...) and plug into ``searchenv`` rewards without ``searchenv`` importing ``agents``:
 
-- :class:`PolicyRelevanceJudge` is a ``searchenv.verifiers.RelevanceJudge``: called with a
+- :class:`PolicyRelevanceJudge` is a ``searchenv.rewards.verifiers.RelevanceJudge``: called with a
   question and a step's newly retrieved documents, it asks the model to rate each document's
   relevance from 0 to ``scale`` in **one batched** ``generate`` call and returns scores in [0, 1].
-  Wrap it with :meth:`PolicyRelevanceJudge.as_verifier` (a :class:`searchenv.verifiers.JudgeVerifier`,
+  Wrap it with :meth:`PolicyRelevanceJudge.as_verifier` (a :class:`searchenv.rewards.verifiers.JudgeVerifier`,
   which caches judgements) and pass that as a ``relevance`` verifier::
 
       judge = PolicyRelevanceJudge(HFPolicy.smollm2())
@@ -35,7 +35,7 @@ from agents.policies.base import Policy
 
 if TYPE_CHECKING:
     from searchenv.retrievers.base import Hit
-    from searchenv.verifiers import JudgeVerifier
+    from searchenv.rewards.verifiers import JudgeVerifier
 
 RELEVANCE_SYSTEM = "You are a careful assistant that judges whether a document is useful for answering a question."
 RELEVANCE_TEMPLATE = (
@@ -315,8 +315,8 @@ class PolicyRelevanceJudge(_JudgeBase):
         return scores
 
     def as_verifier(self, *, aggregate: str = "max", cache_size: int = 65536) -> JudgeVerifier:
-        """This judge as a ``relevance`` verifier (:class:`searchenv.verifiers.JudgeVerifier`, cached)."""
-        from searchenv.verifiers import JudgeVerifier
+        """This judge as a ``relevance`` verifier (:class:`searchenv.rewards.verifiers.JudgeVerifier`, cached)."""
+        from searchenv.rewards.verifiers import JudgeVerifier
 
         return JudgeVerifier(self, aggregate=aggregate, cache_size=cache_size)
 

@@ -205,7 +205,7 @@ class RetrieverDeployment:
 
     def __init__(self, retriever: str, corpus: str | None = None, max_batch_size: int = 64,
                  batch_wait_timeout_s: float = 0.003) -> None:
-        from searchenv.env import resolve_retriever
+        from searchenv.make import resolve_retriever
 
         self.retriever = resolve_retriever(retriever, corpus)
         self.search.set_max_batch_size(max_batch_size)  # type: ignore[attr-defined]

@@ -144,7 +144,7 @@ class _OpenAIBase:
         backoff: float = 1.0,
         extra_body: Mapping[str, Any] | None = None,
     ) -> None:
-        from searchenv.httpclient import JSONClient, check_call_options, check_token
+        from searchenv.utils.httpclient import JSONClient, check_call_options, check_token
 
         if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int) or max_concurrency < 1:
             raise ValueError(f"max_concurrency must be a positive integer, got {max_concurrency!r}")

@@ -18,7 +18,7 @@ from agents.rollout.records import ProbeStart, RolloutBatch, RolloutStats, Token
 from agents.rollout.seeds import episode_seed
 from searchenv.env import SearchQAEnv, StepRequest
 from searchenv.retrievers.base import Hit, Retriever
-from searchenv.tasks.base import QAExample
+from searchenv.tasks import QAExample
 from searchenv.vector import search_round
 
 

@@ -339,7 +339,7 @@ def config_env(
         kwargs["reader"] = _reader(config.reader)
     kwargs.update(overrides)
     if config.train_limit is not None and split == config.train_split and isinstance(kwargs["task"], str):
-        from searchenv.tasks.base import load_task
+        from searchenv.tasks import load_task
 
         task = load_task(kwargs["task"])
         kwargs["task"] = list(task.examples(split))[: config.train_limit]
@@ -376,7 +376,7 @@ def shared_retriever(config: ControllerConfig, overrides: Mapping[str, Any] | No
         The (cached) retriever.
     """
     from searchenv.retrievers import open_index, retriever_for_corpus
-    from searchenv.tasks.base import load_task
+    from searchenv.tasks import load_task
 
     ov = dict(overrides or {})
     spec = ov.get("retriever", config.retriever)

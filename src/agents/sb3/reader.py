@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.sb3.wrapper import MacroAction, MacroActionEnv
-from searchenv.tasks.base import QAExample
+from searchenv.tasks import QAExample
 
 #: One reachable state: the question's id and the queries searched so far, in order.
 State = tuple[str, tuple[str, ...]]

@@ -14,7 +14,7 @@ import numpy as np
 
 from agents.trainers.checkpoints import METRICS_NAME
 from searchenv.corpus import atomic_write_lines
-from searchenv.jsonsafe import iter_jsonl, loads
+from searchenv.utils.jsonsafe import iter_jsonl, loads
 
 
 class MetricsLog:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from searchenv.files import publishable
+from searchenv.utils.files import publishable
 
 #: (metric key, panel title) drawn when present, in order.
 PANELS: tuple[tuple[str, str], ...] = (

@@ -34,7 +34,7 @@ from agents.trainers.models import init_policy, pad_token_id, trainable_paramete
 from agents.trainers.optim import make_optimizer, make_scheduler
 from agents.trainers.samples import Sample, forward_logprobs, micro_batches, pad_samples
 from searchenv.corpus import DataWarning
-from searchenv.jsonsafe import iter_jsonl
+from searchenv.utils.jsonsafe import iter_jsonl
 
 
 @dataclass

@@ -66,7 +66,7 @@ def get_app() -> typer.Typer:
 
 
 def check_task_file(task: str, flag: str = "--task", exit_code: int = 2) -> bool:
-    """Whether ``task`` names a QA file (:func:`searchenv.tasks.base.looks_like_file`); exit if it is missing.
+    """Whether ``task`` names a QA file (:func:`searchenv.tasks.looks_like_file`); exit if it is missing.
 
     A missing file is reported as ``error: --task PATH: file not found`` (a mistyped
     ``my/qa.jsnl`` is not an unknown task name).
@@ -74,7 +74,7 @@ def check_task_file(task: str, flag: str = "--task", exit_code: int = 2) -> bool
     Raises:
         typer.Exit: With ``exit_code`` when ``task`` looks like a file that does not exist.
     """
-    from searchenv.tasks.base import looks_like_file
+    from searchenv.tasks.qa_files import looks_like_file
 
     if not looks_like_file(task):
         return False

@@ -65,7 +65,7 @@ def verify_index(
 ) -> None:
     """Check an index: metadata and files against the checksums, sizes and counts recorded at build; one search."""
     from searchenv.retrievers import RetrieverError, open_index
-    from searchenv.retrievers.index_meta import read_meta
+    from searchenv.retrievers.index.metadata import read_meta
 
     try:
         retriever = open_index(index_dir, mmap=True, verify=True)

@@ -17,8 +17,8 @@ def _open_retriever(indexes: list[Path], mmap: bool, weights: list[float] | None
     if shard_urls:
         if indexes:
             raise typer.BadParameter("give --index folders or --shard-url servers, not both", param_hint="--shard-url")
-        from searchenv.retrievers.remote import remote_from_url
         from searchenv.retrievers.sharded import ShardedRetriever
+        from searchenv.serving.client import remote_from_url
 
         return ShardedRetriever([remote_from_url(u) for u in shard_urls])
     if not indexes:
@@ -57,7 +57,7 @@ def _read_token(ctx: typer.Context, token: str | None, token_file: Path | None) 
         ValueError: If both a token and a file are given, or the file is unreadable, empty or
             holds a token that cannot travel in a header.
     """
-    from searchenv.httpclient import check_token
+    from searchenv.utils.httpclient import check_token
 
     if token and token_file is not None:
         raise ValueError("give --token (or SEARCHENV_TOKEN) or --token-file, not both")
@@ -146,7 +146,7 @@ def serve(
 
     from searchenv.cli.index_cmds import parse_options
     from searchenv.retrievers import RetrieverError
-    from searchenv.retrievers.server import (
+    from searchenv.serving.server import (
         DEFAULT_ALLOWED_HOSTS,
         ConnectionLimits,
         ServerLimits,
@@ -231,8 +231,8 @@ def eval_retrieval(
     from searchenv.corpus import CorpusFormatError
     from searchenv.retrievers import RetrieverError, open_index
     from searchenv.retrievers.quality import evaluate_retrieval, evidence_warning
-    from searchenv.retrievers.remote import is_server_url, remote_from_url
-    from searchenv.tasks.base import read_qa_jsonl
+    from searchenv.serving.client import is_server_url, remote_from_url
+    from searchenv.tasks.qa_files import read_qa_jsonl
 
     indexes = list(index)
     ks = list(k or [])

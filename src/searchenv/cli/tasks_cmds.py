@@ -16,7 +16,7 @@ def tasks(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """List the named tasks with their sizes, or build some into the cache."""
-    from searchenv.tasks.base import load_task, task_specs
+    from searchenv.tasks.registry import load_task, task_specs
 
     specs = {s.name: s for s in task_specs()}
     if build:
@@ -130,7 +130,7 @@ def split(
     learned. Each output is written atomically; the input is never written over.
     """
     from searchenv.corpus import CorpusFormatError
-    from searchenv.tasks.base import read_qa_jsonl, split_examples, write_qa_jsonl
+    from searchenv.tasks.qa_files import read_qa_jsonl, split_examples, write_qa_jsonl
 
     if not 0 < dev_fraction < 1:
         raise typer.BadParameter(f"must be between 0 and 1 (exclusive), got {dev_fraction}",
@@ -167,7 +167,8 @@ def rows(
     ``agent_name`` (see docs/engines.md). The file is written whole or not at all.
     """
     from searchenv.cli import check_task_file
-    from searchenv.tasks.base import load_task, read_qa_jsonl
+    from searchenv.tasks.qa_files import read_qa_jsonl
+    from searchenv.tasks.registry import load_task
     from searchenv.tasks.rows import task_rows, write_parquet
 
     is_file = check_task_file(task, exit_code=1)  # 1: an input error, as for a bad file below

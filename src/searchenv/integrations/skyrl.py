@@ -46,8 +46,9 @@ from typing import Any
 
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
-from searchenv.env import SearchQAEnv, episode_metrics
+from searchenv.env import SearchQAEnv
 from searchenv.envpool import EnvPool
+from searchenv.metrics import episode_metrics
 from searchenv.tasks.rows import example_from_row
 
 #: The name :func:`register` registers by default.

@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 
 from searchenv.corpus import Document
-from searchenv.docstore import DocStore
 from searchenv.retrievers.base import Hit, RetrieverError, check_k
-from searchenv.retrievers.index_meta import check_count, load_index, publish_index
+from searchenv.retrievers.index.docstore import DocStore
+from searchenv.retrievers.index.metadata import check_count, load_index, publish_index
 
 _TOKEN = re.compile(r"\w+", re.UNICODE)
 # A short English stop list (articles, auxiliaries, pronouns, prepositions, wh-words).
@@ -100,11 +100,10 @@ class BM25Retriever:
         fingerprint: Corpus fingerprint.
         stemmer: The stemmer the index was built with (queries are stemmed the same way).
         backend: ``numpy`` (default) or ``numba``: bm25s's JIT-compiled scoring and top-k
-            selection, about 2x faster per query at 100k passages once compiled, but the compile
-            takes about 4 s on the first search of each process, so it pays in servers and long
-            evaluations (``searchenv serve --search-option backend=numba``). Rankings are the same:
-            where bm25s's top k ends inside a run of tied scores, that query is ranked exactly
-            as with ``numpy``.
+            selection, faster per query once compiled, but the compile runs on the first search
+            of each process, so it pays in servers and long evaluations (``searchenv serve
+            --search-option backend=numba``). Rankings are the same: where bm25s's top k ends
+            inside a run of tied scores, that query is ranked exactly as with ``numpy``.
 
     Raises:
         ValueError: On an unknown backend, or ``numba`` when numba is not installed.
@@ -144,7 +143,7 @@ class BM25Retriever:
         """Index ``documents`` and swap the new index into ``folder`` atomically.
 
         The index is written to a fresh folder and replaces the old one only when complete (see
-        :mod:`searchenv.retrievers.index_meta`), so a failed or killed build loses nothing. The
+        :mod:`searchenv.retrievers.index.metadata`), so a failed or killed build loses nothing. The
         vocabulary is numbered in sorted token order: one corpus gives byte-identical files.
 
         Args:
@@ -175,7 +174,7 @@ class BM25Retriever:
                 raise ValueError("cannot build a BM25 index over an empty corpus")
             # Two passes over the stored documents: the vocabulary first, then each document's token
             # ids as a compact int32 array, so no list of token strings for the whole corpus is ever
-            # held (peak memory about 3x lower than lists of strings; the index is byte-identical).
+            # held (a much lower peak memory than lists of strings; the index is byte-identical).
             store = DocStore(data)
             words: set[str] = set()
             for d in store:

@@ -25,10 +25,10 @@ length within the chunk, so batches pad little) and each chunk is written to
 corpus, encoder and chunk size re-encodes only the chunks it had not finished, and gives the same
 index as an uninterrupted build; the chunk folder is removed once the index is published.
 
-An index folder holds the shared :class:`~searchenv.docstore.DocStore` files and ``dense.faiss``
+An index folder holds the shared :class:`~searchenv.retrievers.index.docstore.DocStore` files and ``dense.faiss``
 (written by ``faiss.write_index``, no pickle) in its data folder, and ``searchenv_index.json``
 with the corpus fingerprint, the encoder name, the dimension and every file's size and checksum;
-it is built and swapped in as :mod:`searchenv.retrievers.index_meta` describes. A flat index of
+it is built and swapped in as :mod:`searchenv.retrievers.index.metadata` describes. A flat index of
 one corpus is byte-identical from build to build; an HNSW graph is built with several threads and
 can differ. :meth:`DenseRetriever.load` refuses an index whose metadata, vectors and documents
 disagree, or an encoder other than the one it was built with. With ``mmap=True`` the vectors
@@ -55,17 +55,47 @@ import os
 import re
 import shutil
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from searchenv.corpus import Document
-from searchenv.docstore import DocStore
 from searchenv.encoders import EncoderLike, load_encoder, resolve_encoder
 from searchenv.retrievers.base import Hit, RetrieverError, check_k
-from searchenv.retrievers.index_meta import (
+from searchenv.retrievers.faiss_index import (
+    _ENCODE_PREFIX,
+    _RESCORE_BLOCK,
+    _TIE_MARGIN,
+    BLAS_DATABASE_BLOCK,
+    BLAS_THRESHOLD,
+    FACTORY_PREFIX,
+    INDEX_FILE,
+    INDEX_PRESETS,
+    INDEX_TYPES,
+    KEEP_VECTORS,
+    VECTORS_FILE,
+    _as_unit_rows,
+    _check_index_type,
+    _check_keep_vectors,
+    _check_optional_positive,
+    _check_positive,
+    _check_rerank,
+    _chunk_sample,
+    _configure_faiss_once,
+    _encode_chunks,
+    _exact_vectors,
+    _iter_chunks,
+    _new_index,
+    _sample_rows,
+    _train,
+    configure_faiss_blas,
+    default_nlist,
+    index_plan,
+)
+from searchenv.retrievers.index.docstore import DocStore
+from searchenv.retrievers.index.metadata import (
     StaleIndexError,
     check_count,
     damaged,
@@ -74,317 +104,20 @@ from searchenv.retrievers.index_meta import (
     publish_index,
 )
 
-INDEX_FILE = "dense.faiss"
-#: Every vector, written at build with ``keep_vectors`` and memory-mapped for exact re-ranking.
-VECTORS_FILE = "vectors.npy"
-#: Named index types and the FAISS factory strings they stand for (inner-product metric).
-INDEX_PRESETS: dict[str, str] = {
-    "flat": "Flat",
-    "hnsw": "HNSW{hnsw_m},Flat",
-    "fp16": "SQfp16",
-    "sq8": "SQ8",
-    "ivf-fp16": "IVF{nlist},SQfp16",
-    "ivf-sq8": "IVF{nlist},SQ8",
-    "ivf-pq": "IVF{nlist},PQ{pq_m}x{pq_bits}",
-    "hnsw-sq8": "HNSW{hnsw_m},SQ8",
-}
-INDEX_TYPES = tuple(INDEX_PRESETS)
-#: ``index_type`` given as ``factory:<FAISS factory string>``.
-FACTORY_PREFIX = "factory:"
-KEEP_VECTORS = ("none", "float32", "float16")
-# Chunks of a build in progress live in INDEX/.encode-<key>/ so that a killed build can resume.
-_ENCODE_PREFIX = ".encode-"
-# Extra neighbours fetched so that ties at the k-th place are broken by corpus row, not by FAISS.
-_TIE_MARGIN = 8
-# Queries whose candidates are rescored together (a block's float64 candidates fit in cache).
-_RESCORE_BLOCK = 8
-# Batched flat search goes through BLAS (one matrix product per block of documents) from this many
-# queries on, in blocks of this many documents; see configure_faiss_blas.
-BLAS_THRESHOLD = 20
-BLAS_DATABASE_BLOCK = 16384
-_blas_lock = threading.Lock()
-_blas_configured = False
-
-
-def configure_faiss_blas(threshold: int = BLAS_THRESHOLD, database_block: int = BLAS_DATABASE_BLOCK) -> None:
-    """Make FAISS use BLAS matrix products for batched exact search.
-
-    FAISS 1.15 sets ``distance_compute_blas_threshold`` to 128000 queries, so a batch of a few
-    hundred queries is scored pair by pair with SIMD dot products; with BLAS (as FAISS did up to
-    1.14, threshold 20) and blocks of 16384 documents, batched flat search runs several times
-    faster (see ``benchmarks/retrieval_dense.py``). This changes FAISS's process-wide settings;
-    a threshold already lower, or a block already larger, is left alone. Called once, the first
-    time a flat :class:`DenseRetriever` is created.
-
-    Args:
-        threshold: Use BLAS from this many queries per search call.
-        database_block: Documents per BLAS block.
-    """
-    import faiss
-
-    cvar: Any = faiss.cvar
-    if cvar.distance_compute_blas_threshold > threshold:
-        cvar.distance_compute_blas_threshold = threshold
-    if cvar.distance_compute_blas_database_bs < database_block:
-        cvar.distance_compute_blas_database_bs = database_block
-
-
-def _configure_faiss_once() -> None:
-    global _blas_configured
-    with _blas_lock:
-        if not _blas_configured:
-            configure_faiss_blas()
-            _blas_configured = True
-
-
-def _check_index_type(index_type: str) -> str:
-    if isinstance(index_type, str) and (index_type in INDEX_PRESETS or (
-            index_type.startswith(FACTORY_PREFIX) and index_type[len(FACTORY_PREFIX):].strip())):
-        return index_type
-    raise ValueError(f"index_type must be one of {', '.join(INDEX_TYPES)} or {FACTORY_PREFIX}<FAISS factory string>, "
-                     f"got {index_type!r}")
-
-
-def _check_positive(name: str, value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
-
-
-def _check_optional_positive(name: str, value: int | None) -> int | None:
-    return None if value is None else _check_positive(name, value)
-
-
-def _check_rerank(rerank: int) -> int:
-    if isinstance(rerank, bool) or not isinstance(rerank, int) or rerank < 0:
-        raise ValueError(f"rerank must be a non-negative integer, got {rerank!r}")
-    return rerank
-
-
-def _check_keep_vectors(keep_vectors: str) -> str:
-    if keep_vectors not in KEEP_VECTORS:
-        raise ValueError(f"keep_vectors must be one of {', '.join(KEEP_VECTORS)}, got {keep_vectors!r}")
-    return keep_vectors
-
-
-def default_nlist(num_docs: int) -> int:
-    """Inverted-file cells for ``num_docs`` vectors.
-
-    About ``4 * sqrt(n)`` (FAISS's guidance is 4-16 x sqrt(n)), and at most one cell per 39
-    documents so that k-means has data for each.
-    """
-    return max(1, min(round(4 * math.sqrt(num_docs)), num_docs // 39))
-
-
-def index_plan(
-    index_type: str,
-    dim: int,
-    num_docs: int,
-    *,
-    hnsw_m: int = 32,
-    nlist: int | None = None,
-    pq_m: int | None = None,
-    train_size: int | None = None,
-) -> dict[str, Any]:
-    """Resolve an index type into the FAISS factory string and the parameters it was built with.
-
-    Args:
-        index_type: A name of :data:`INDEX_PRESETS` or ``factory:<FAISS factory string>``.
-        dim: Vector dimension.
-        num_docs: Documents to index.
-        hnsw_m: HNSW links per node.
-        nlist: Inverted-file cells (default :func:`default_nlist`).
-        pq_m: PQ bytes per vector; must divide ``dim`` (default ``dim // 4``).
-        train_size: Vectors the quantiser is trained on (default ``max(64 * nlist, 65536)``,
-            at most ``num_docs``).
-
-    Returns:
-        ``{"factory": ..., "nlist": ..., "pq_m": ..., "pq_bits": ..., "train_size": ...}``
-        (the entries that apply).
-
-    Raises:
-        ValueError: On an unknown type or parameters that do not fit the dimension.
-    """
-    _check_index_type(index_type)
-    _check_positive("hnsw_m", hnsw_m)
-    _check_optional_positive("nlist", nlist)
-    _check_optional_positive("pq_m", pq_m)
-    _check_optional_positive("train_size", train_size)
-    if index_type.startswith(FACTORY_PREFIX):
-        factory = index_type[len(FACTORY_PREFIX):].strip()
-        return {"factory": factory, "train_size": min(num_docs, train_size or 65536)}
-    template = INDEX_PRESETS[index_type]
-    plan: dict[str, Any] = {}
-    if "{nlist}" in template:
-        plan["nlist"] = nlist if nlist is not None else default_nlist(num_docs)
-        if plan["nlist"] > num_docs:
-            raise ValueError(f"nlist {plan['nlist']} is larger than the {num_docs} documents")
-    if "{hnsw_m}" in template:
-        plan["hnsw_m"] = hnsw_m
-    if template not in ("Flat", "HNSW{hnsw_m},Flat"):
-        plan["train_size"] = min(num_docs, train_size or max(64 * plan.get("nlist", 1), 65536))
-    if "{pq_m}" in template:
-        plan["pq_m"] = pq_m if pq_m is not None else (dim // 4 if dim % 4 == 0 else dim)
-        if dim % plan["pq_m"]:
-            raise ValueError(f"pq_m must divide the dimension {dim}, got {plan['pq_m']}")
-        # 2**bits centroids per sub-quantiser, with the 39 training vectors each that k-means wants
-        plan["pq_bits"] = max(1, min(8, int(math.log2(max(plan["train_size"] / 39, 2)))))
-    plan["factory"] = template.format(**plan)
-    return plan
-
-
-def _new_index(index_type: str, dim: int, plan: dict[str, Any], ef_construction: int) -> Any:
-    import faiss
-
-    if index_type == "flat":
-        return faiss.IndexFlatIP(dim)
-    index: Any
-    if index_type == "hnsw":
-        index = faiss.IndexHNSWFlat(dim, plan["hnsw_m"], faiss.METRIC_INNER_PRODUCT)
-    else:
-        try:
-            index = faiss.index_factory(dim, plan["factory"], faiss.METRIC_INNER_PRODUCT)
-        except RuntimeError as exc:
-            raise ValueError(f"FAISS cannot build index {plan['factory']!r}: {str(exc).splitlines()[0]}") from None
-    if isinstance(index, faiss.IndexHNSW):
-        index.hnsw.efConstruction = ef_construction
-    return index
-
-
-def _as_unit_rows(vectors: np.ndarray, dim: int | None, *, normalize: bool) -> np.ndarray:
-    """Validate a 2-D float matrix and return it as C-contiguous float32, optionally L2-normalised."""
-    arr = np.asarray(vectors)
-    if arr.ndim != 2:
-        raise ValueError(f"vectors must be a 2-D array, got shape {arr.shape}")
-    if dim is not None and arr.shape[1] != dim:
-        raise ValueError(f"vectors have dimension {arr.shape[1]}, the index has {dim}")
-    if not np.issubdtype(arr.dtype, np.floating):
-        raise ValueError(f"vectors must be floating point, got {arr.dtype}")
-    arr = np.array(arr, dtype=np.float32, order="C", copy=True) if normalize else np.ascontiguousarray(
-        arr, dtype=np.float32
-    )
-    if not np.isfinite(arr).all():
-        raise ValueError("vectors contain NaN or infinity")
-    if normalize:
-        norms = np.linalg.norm(arr, axis=1, keepdims=True)
-        np.divide(arr, norms, out=arr, where=norms > 0)
-    return arr
-
-
-def _exact_vectors(index: Any) -> np.ndarray | None:
-    """The ``(ntotal, d)`` float32 vectors of a flat or HNSW-flat index (no copy), else ``None``."""
-    import faiss
-
-    storage: Any = faiss.downcast_index(index.storage) if isinstance(index, faiss.IndexHNSW) else index
-    if not isinstance(storage, faiss.IndexFlat):
-        return None
-    n, d = int(storage.ntotal), int(storage.d)
-    if n == 0:
-        return np.zeros((0, d), dtype=np.float32)
-    view: np.ndarray = faiss.rev_swig_ptr(storage.get_xb(), n * d).reshape(n, d)
-    return view
-
-
-def _train(index: Any, sample: Callable[[], np.ndarray]) -> None:
-    """Train ``index`` on ``sample()`` if it needs training (quantisers, inverted-file cells)."""
-    if not index.is_trained:
-        try:
-            index.train(sample())
-        except RuntimeError as exc:
-            raise ValueError(f"FAISS could not train the index: {str(exc).splitlines()[0]}") from None
-
-
-def _sample_rows(num_docs: int, size: int, seed: int) -> np.ndarray:
-    """Sorted rows of the training sample (all rows when ``size >= num_docs``)."""
-    if size >= num_docs:
-        return np.arange(num_docs)
-    return np.sort(np.random.default_rng(seed).choice(num_docs, size, replace=False))
-
-
-def _save_npy_atomically(path: Path, array: np.ndarray) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("wb") as f:
-        np.save(f, array)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def _encode_chunks(
-    store: DocStore,
-    enc: EncoderLike,
-    cache: Path,
-    *,
-    chunk_size: int,
-    batch_size: int,
-    show_progress: bool,
-) -> list[Path]:
-    """Embed every document into ``cache/chunk-NNNNNN.npy``, skipping chunks already there.
-
-    Each chunk's texts are encoded sorted by length (batches of similar lengths pad little), one
-    encoder call per ``batch_size`` texts so the progress bar moves per batch, and put back in
-    corpus order; a chunk is written to a temporary file and renamed, so a chunk file is whole or
-    absent. A build that finds finished chunks (a killed build's) says that it resumes.
-    """
-    import sys
-
-    from tqdm import tqdm
-
-    n, dim = len(store), int(enc.dim)
-    cache.mkdir(parents=True, exist_ok=True)
-    spans = [(start, min(n, start + chunk_size)) for start in range(0, n, chunk_size)]
-    paths = [cache / f"chunk-{number:06d}.npy" for number in range(len(spans))]
-    finished = [_finished_chunk(path, stop - start, dim) for path, (start, stop) in zip(paths, spans, strict=True)]
-    resumed = sum(stop - start for done, (start, stop) in zip(finished, spans, strict=True) if done)
-    if resumed and show_progress:
-        tqdm.write(f"resuming a dense build: {resumed:,} of {n:,} documents already embedded "
-                   f"({sum(finished)} of {len(spans)} chunks in {cache})", file=sys.stderr)
-    with tqdm(total=n, initial=resumed, desc=f"embedding ({enc.name})", unit="doc",
-              disable=not show_progress) as bar:
-        for path, (start, stop), done in zip(paths, spans, finished, strict=True):
-            if done:
-                continue
-            texts = [store[i].contents for i in range(start, stop)]
-            order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-            parts = []
-            for lo in range(0, len(order), batch_size):
-                batch = [texts[i] for i in order[lo : lo + batch_size]]
-                parts.append(_as_unit_rows(enc.encode(batch, batch_size=batch_size), dim, normalize=True))
-                bar.update(len(batch))
-            encoded = np.concatenate(parts)
-            vectors = np.empty_like(encoded)
-            vectors[order] = encoded
-            _save_npy_atomically(path, vectors)
-    return paths
-
-
-def _finished_chunk(path: Path, rows: int, dim: int) -> bool:
-    """Whether ``path`` holds a whole chunk of ``rows`` x ``dim`` float32 vectors (else it is encoded again)."""
-    if not path.is_file():
-        return False
-    try:
-        done = np.load(path, mmap_mode="r")
-    except (OSError, ValueError):
-        return False  # unreadable: encode it again
-    return bool(done.shape == (rows, dim) and done.dtype == np.float32)
-
-
-def _chunk_sample(paths: Sequence[Path], rows: np.ndarray) -> np.ndarray:
-    """The vectors of ``rows`` (sorted corpus rows) gathered from the chunk files."""
-    parts = []
-    offset = 0
-    for path in paths:
-        chunk = np.load(path, mmap_mode="r")
-        lo, hi = np.searchsorted(rows, [offset, offset + len(chunk)])
-        if hi > lo:
-            parts.append(np.asarray(chunk[rows[lo:hi] - offset], dtype=np.float32))
-        offset += len(chunk)
-    return np.concatenate(parts) if parts else np.zeros((0, 0), dtype=np.float32)
-
-
-def _iter_chunks(paths: Sequence[Path]) -> Iterator[np.ndarray]:
-    for path in paths:
-        yield np.ascontiguousarray(np.load(path), dtype=np.float32)
+__all__ = [
+    "BLAS_DATABASE_BLOCK",
+    "BLAS_THRESHOLD",
+    "DenseRetriever",
+    "FACTORY_PREFIX",
+    "INDEX_FILE",
+    "INDEX_PRESETS",
+    "INDEX_TYPES",
+    "KEEP_VECTORS",
+    "VECTORS_FILE",
+    "configure_faiss_blas",
+    "default_nlist",
+    "index_plan",
+]
 
 
 class DenseRetriever:
@@ -803,10 +536,10 @@ class DenseRetriever:
                 params = faiss_any.SearchParametersIVF(nprobe=min(self.nprobe, int(self._index.nlist)))
                 scores, rows = self._index.search(q, k_fetch, params=params)
             elif self._vectors is not None and self._vectors.flags.aligned and q.shape[0] < BLAS_THRESHOLD:
-                # A few queries: one BLAS matrix-vector product over the stored vectors. FAISS's
-                # per-pair SIMD path with OpenMP threads was 2-3x slower than this on a busy machine.
-                # Memory-mapped vectors start at an unaligned file offset, where numpy's product
-                # leaves BLAS and is 5-50x slower than FAISS (measured at 1M x 384): FAISS there.
+                # A few queries: one BLAS matrix-vector product over the stored vectors, faster than
+                # FAISS's per-pair SIMD path with OpenMP threads on a busy machine. Memory-mapped
+                # vectors start at an unaligned file offset, where numpy's product leaves BLAS and is
+                # slower than FAISS: FAISS there (see benchmarks/retrieval_dense.py).
                 sims = q @ self._vectors.T
                 rows = np.argpartition(-sims, k_fetch - 1, axis=1)[:, :k_fetch] if k_fetch < n else (
                     np.broadcast_to(np.arange(n), (q.shape[0], n)))

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from searchenv.retrievers.base import Retriever, check_k
-from searchenv.tasks.base import QAExample
+from searchenv.tasks.example import QAExample
 
 
 @dataclass(frozen=True)
@@ -175,7 +175,7 @@ def index_doc_ids(retriever: Any) -> set[str] | None:
 def _source_path(index: str) -> str | None:
     """The corpus file an index folder was built from, as its metadata records it (None if unknown)."""
     from searchenv.retrievers.base import RetrieverError
-    from searchenv.retrievers.index_meta import read_meta
+    from searchenv.retrievers.index.metadata import read_meta
 
     try:
         source = read_meta(index).get("source_path") if index and os.path.isdir(index) else None

@@ -6,7 +6,7 @@ other). :class:`ShardedRetriever` asks every shard for its top ``k`` (in paralle
 merges them into one top ``k`` by score, then shard order, then rank within the shard, which for
 ranges taken in corpus order is the corpus row: over exact (flat) dense shards the merged ranking
 equals the unsharded index's, ties included. Shards can be local retrievers or
-:class:`~searchenv.retrievers.remote.RemoteRetriever` clients of servers each serving a shard
+:class:`~searchenv.serving.client.RemoteRetriever` clients of servers each serving a shard
 (give each shard several replica URLs to spread load and fail over).
 
 Scores must be comparable across shards, which holds for dense indexes (cosine similarity with
@@ -145,12 +145,12 @@ class ShardedRetriever:
         Raises:
             RetrieverError: If the shard list is missing or malformed, or a shard disagrees with it.
         """
-        from searchenv.retrievers import open_index
+        from searchenv.retrievers.kinds import open_unsharded
 
         meta = read_shards(folder)
         shards = []
         for entry in meta["shards"]:
-            shard = open_index(Path(folder) / entry["folder"], mmap=mmap, verify=verify, **options)
+            shard = open_unsharded(Path(folder) / entry["folder"], mmap=mmap, verify=verify, **options)
             got = (len(shard), getattr(shard, "fingerprint", None))  # type: ignore[arg-type]
             if got != (entry["num_docs"], entry["fingerprint"]):
                 raise RetrieverError(
@@ -215,8 +215,8 @@ def build_sharded(
         ValueError: On a kind whose scores are not comparable across shards, or a bad shard count.
     """
     from searchenv.corpus import read_corpus
-    from searchenv.retrievers import _index_class, file_sha256
-    from searchenv.retrievers.index_meta import META_FILE, index_lock
+    from searchenv.retrievers.index.metadata import META_FILE, file_sha256, index_lock
+    from searchenv.retrievers.kinds import _index_class
 
     if kind not in SHARDABLE_KINDS:
         raise ValueError(f"cannot shard a {kind} index: its scores depend on each shard's own statistics, so "

@@ -24,8 +24,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from searchenv.files import publishable
-from searchenv.tasks.base import QAExample, blank_answer, checked_example
+from searchenv.tasks.example import QAExample, blank_answer, checked_example
+from searchenv.utils.files import publishable
 
 #: The agent loop name rows select in verl (``agent_name``).
 VERL_AGENT_NAME = "searchqa_agent"

@@ -12,8 +12,8 @@ Public API:
   evidence and decompositions.
 - :func:`write_world` — corpus and splits as FlashRAG JSONL in a folder.
 - Named tasks ``synthetic-1hop``, ``synthetic-2hop``, ``synthetic-3hop``, ``synthetic-4hop``,
-  ``synthetic-comparison`` and ``synthetic-mixed`` (the default), registered with
-  :func:`searchenv.tasks.base.register_task` and cached under
+  ``synthetic-comparison`` and ``synthetic-mixed`` (the default), registered by
+  :mod:`searchenv.tasks.registry` on first use (:data:`NAMED_TASK_SPECS`) and cached under
   ``cache_dir()/tasks/<name>-<hash>/``.
 """
 
@@ -29,7 +29,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from searchenv.corpus import Document, atomic_write_lines, write_corpus
-from searchenv.tasks.base import SPLITS, QAExample, Task, TaskSpec, read_qa_jsonl, register_task, write_qa_jsonl
+from searchenv.tasks.example import SPLITS, QAExample, Task, TaskSpec
+from searchenv.tasks.qa_files import read_qa_jsonl, write_qa_jsonl
 from searchenv.tasks.world.questions import QUESTION_KINDS, QuestionConfig, entity_keys, generate_questions
 from searchenv.tasks.world.render import document, iter_documents
 from searchenv.tasks.world.world import World, WorldConfig, sizes_for
@@ -37,6 +38,7 @@ from searchenv.tasks.world.world import World, WorldConfig, sizes_for
 __all__ = [
     "GENERATOR_VERSION",
     "NAMED_TASKS",
+    "NAMED_TASK_SPECS",
     "QUESTION_KINDS",
     "QuestionConfig",
     "SyntheticTaskConfig",
@@ -148,7 +150,7 @@ def build_synthetic_task(name: str, config: SyntheticTaskConfig, root: str | os.
     Args:
         name: Task name.
         config: What to generate.
-        root: Cache root (usually :func:`searchenv.tasks.base.cache_dir`).
+        root: Cache root (usually :func:`searchenv.tasks.registry.cache_dir`).
 
     Returns:
         The task.
@@ -184,7 +186,7 @@ def _named(name: str, mix: tuple[tuple[str, float], ...], description: str, num_
         description=description,
     )
     NAMED_TASKS[name] = config
-    register_task(
+    NAMED_TASK_SPECS.append(
         TaskSpec(
             name=name,
             build=functools.partial(_build_named, name, config),
@@ -202,6 +204,8 @@ def _named(name: str, mix: tuple[tuple[str, float], ...], description: str, num_
 
 
 NAMED_TASKS: dict[str, SyntheticTaskConfig] = {}
+#: The named tasks as :mod:`searchenv.tasks.registry` registers them on first use.
+NAMED_TASK_SPECS: list[TaskSpec] = []
 _named("synthetic-1hop", (("single", 1.0),), "generated world; single-hop questions")
 _named("synthetic-2hop", (("bridge2", 1.0),), "generated world; 2-hop bridge questions")
 _named("synthetic-3hop", (("bridge3", 1.0),), "generated world; 3-hop bridge questions")

@@ -10,7 +10,7 @@ from typing import Any
 from agents.integrations.trl.colocate import TRLColocatePolicy
 from agents.integrations.trl.prompts import _question
 from searchenv.env import SearchQAEnv, episode_metrics
-from searchenv.tasks.base import QAExample
+from searchenv.tasks import QAExample
 
 #: Episode metrics passed to TRL as weight-0 reward functions (logged, not optimised).
 LOGGED_METRICS = ("em", "f1", "searches", "turns", "invalid_turns", "evidence_recall", "answered")

@@ -8,7 +8,7 @@ from typing import Any
 
 from agents.integrations.trl.prompts import _question
 from searchenv.env import SearchQAEnv, episode_metrics
-from searchenv.tasks.base import QAExample
+from searchenv.tasks import QAExample
 
 
 class SearchQAToolEnv:

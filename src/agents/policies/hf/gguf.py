@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from searchenv.files import publishable
+from searchenv.utils.files import publishable
 
 if TYPE_CHECKING:
     import torch
@@ -67,7 +67,7 @@ def packaged_gguf_path(name: str = DEFAULT_MODEL) -> Path:
 
 def model_cache_dir(name: str) -> Path:
     """Where a converted model is cached: ``searchenv.tasks.cache_dir()/models/<name>``."""
-    from searchenv.tasks.base import cache_dir
+    from searchenv.tasks import cache_dir
 
     return cache_dir() / "models" / name
 

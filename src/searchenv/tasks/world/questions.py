@@ -19,7 +19,7 @@ from functools import cache
 
 import numpy as np
 
-from searchenv.tasks.base import QAExample, SubQuestion
+from searchenv.tasks.example import QAExample, SubQuestion
 from searchenv.tasks.world.render import document, ref
 from searchenv.tasks.world.world import ENTITY_TYPES, OCCUPATIONS, RELATIONS, SPLIT_NAMES, World
 

@@ -1,13 +1,13 @@
 """A small JSON-over-HTTP client for servers that are not trusted: deadlines, size caps, retries.
 
-Shared by :class:`~searchenv.retrievers.remote.RemoteRetriever` (retrieval servers) and
+Shared by :class:`~searchenv.serving.client.RemoteRetriever` (retrieval servers) and
 :class:`~agents.policies.openai.OpenAIPolicy` (model servers). It speaks HTTP through httpcore
 (the ``serve`` extra) directly, so no environment proxy applies, and:
 
 - a call's ``deadline`` bounds everything (every connect, read and write is cut at it, so a
   server dripping one byte at a time cannot hold a call longer);
 - answers are capped at ``max_response_bytes`` after decompression (a gzip bomb stops at the cap);
-- JSON goes through :func:`searchenv.jsonsafe.loads` (deep nesting, huge integers and invalid
+- JSON goes through :func:`searchenv.utils.jsonsafe.loads` (deep nesting, huge integers and invalid
   UTF-8 are refused);
 - connection errors, timeouts, 408/429 and 5xx answers are retried with exponential backoff (or
   the server's ``Retry-After``, when that still fits before the deadline);
@@ -24,7 +24,7 @@ import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from searchenv.jsonsafe import DEFAULT_MAX_DEPTH, JSONInputError, loads
+from searchenv.utils.jsonsafe import DEFAULT_MAX_DEPTH, JSONInputError, loads
 
 #: Answers worth another attempt.
 RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
@@ -359,7 +359,7 @@ class JSONClient:
             self._deadlines.until(None)
 
     def json(self, payload: bytes, url: str) -> Any:
-        """Decode an answer with :func:`searchenv.jsonsafe.loads`; ``error`` if it is malformed."""
+        """Decode an answer with :func:`searchenv.utils.jsonsafe.loads`; ``error`` if it is malformed."""
         try:
             return loads(payload, f"answer of {url}", max_depth=DEFAULT_MAX_DEPTH)
         except JSONInputError as exc:

@@ -16,7 +16,7 @@ Verifiers (by name with :func:`get_verifier`, or as objects):
   sub-questions) and each new document under the packaged all-MiniLM-L6-v2 encoder, mapped to
   [0, 1] by a fixed logistic calibration; the step score is the best new document's.
 - judge (:class:`JudgeVerifier`): any callable ``judge(question, hits) -> scores in [0, 1]``,
-  for example :class:`agents.judges.PolicyRelevanceJudge`, which asks an LLM as R3-RAG does.
+  for example :class:`agents.evaluation.judges.PolicyRelevanceJudge`, which asks an LLM as R3-RAG does.
 
 Embedding calibration: ``p = 1 / (1 + exp(-(EMBEDDING_SLOPE * cos + EMBEDDING_INTERCEPT)))``,
 a logistic regression of "is a gold evidence passage of this question or sub-question" on the
@@ -43,7 +43,7 @@ from searchenv.retrievers.base import Hit
 
 if TYPE_CHECKING:
     from searchenv.encoders import EncoderLike
-    from searchenv.rewards import StepContext
+    from searchenv.rewards.context import StepContext
 
 Verifier = Callable[["StepContext"], float]
 

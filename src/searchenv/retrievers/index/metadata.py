@@ -34,9 +34,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from searchenv.files import publishable
-from searchenv.jsonsafe import JSONInputError, loads
 from searchenv.retrievers.base import RetrieverError
+from searchenv.utils.files import publishable
+from searchenv.utils.jsonsafe import JSONInputError, loads
 
 META_FILE = "searchenv_index.json"
 FORMAT_VERSION = 2

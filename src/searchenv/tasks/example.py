@@ -1,25 +1,18 @@
-"""Question-answering examples and the registry of named tasks.
+"""The data types of tasks: :class:`QAExample` (a question, its answers, evidence and decomposition) and :class:`Task`.
 
-A *task* bundles example splits with the corpus they are asked against. Named tasks
-(``synthetic-2hop`` and friends) are built on first use and cached on disk under
-:func:`cache_dir`.
+:class:`TaskSpec` is what the registry (:mod:`searchenv.tasks.registry`) holds for a named task.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import random
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from searchenv.corpus import CorpusFormatError, atomic_write_lines
-from searchenv.jsonsafe import iter_jsonl
+from searchenv.corpus import CorpusFormatError
 
 SPLITS = ("train", "dev", "test")
-
 
 @dataclass(frozen=True, slots=True)
 class SubQuestion:
@@ -127,7 +120,7 @@ def checked_example(id: str, question: str, answers: tuple[str, ...], evidence_i
     non-empty string, ``answers`` a non-empty tuple of strings, ``evidence_ids`` a tuple of
     strings. The result equals ``QAExample(id, question, answers, evidence_ids)`` and is as
     frozen; it is built by setting the slots directly (the dataclass ``__init__`` sets each
-    through ``object.__setattr__`` and checks again, about 0.7 µs more per example).
+    through ``object.__setattr__`` and checks again, a cost paid per example).
     """
     ex = object.__new__(QAExample)
     _SET_ID(ex, id)
@@ -218,97 +211,6 @@ def _id_list(value: object, where: str, name: str) -> tuple[str, ...]:
     return tuple(ids)
 
 
-def read_qa_jsonl(path: str | os.PathLike[str]) -> list[QAExample]:
-    """Read a FlashRAG QA JSONL file; any bad line aborts the whole read.
-
-    Args:
-        path: The file.
-
-    Returns:
-        The examples in file order.
-
-    Raises:
-        FileNotFoundError: If the file does not exist.
-        CorpusFormatError: Naming the file and line of the first bad record (invalid JSON or
-            UTF-8, nesting deeper than 64 levels, an integer over 4,300 digits, a bad field) or
-            duplicate id.
-    """
-    out: list[QAExample] = []
-    seen: set[str] = set()
-    for where, record in iter_jsonl(path, error=CorpusFormatError):
-        ex = example_from_flashrag(record, where)
-        if ex.id in seen:
-            raise CorpusFormatError(f"{where}: duplicate example id {ex.id!r}")
-        seen.add(ex.id)
-        out.append(ex)
-    return out
-
-
-def write_qa_jsonl(path: str | os.PathLike[str], examples: Iterable[QAExample]) -> None:
-    """Write examples as FlashRAG QA JSONL, atomically.
-
-    Args:
-        path: Destination.
-        examples: The examples.
-    """
-    atomic_write_lines(path, qa_lines(examples))
-
-
-def qa_lines(examples: Iterable[QAExample]) -> Iterator[str]:
-    """The lines of a FlashRAG QA JSONL file (:func:`write_qa_jsonl`)."""
-    return (json.dumps(e.to_flashrag(), ensure_ascii=False) for e in examples)
-
-
-def split_examples(
-    examples: Sequence[QAExample], dev_fraction: float, seed: int
-) -> tuple[list[QAExample], list[QAExample]]:
-    """Split questions into training and held-out ones, at random but the same for the same seed.
-
-    ``round(len(examples) * dev_fraction)`` questions, drawn by a generator seeded with ``seed``
-    (never the global one), are held out; both parts keep the examples' order.
-
-    Args:
-        examples: The questions.
-        dev_fraction: Share held out, in (0, 1).
-        seed: Seed of the draw.
-
-    Returns:
-        ``(train, dev)``.
-
-    Raises:
-        ValueError: If ``dev_fraction`` is not in (0, 1), or either part would be empty.
-    """
-    if isinstance(dev_fraction, bool) or not isinstance(dev_fraction, int | float) or not 0 < dev_fraction < 1:
-        raise ValueError(f"dev_fraction must be between 0 and 1 (exclusive), got {dev_fraction!r}")
-    n = len(examples)
-    n_dev = round(n * dev_fraction)
-    if not 1 <= n_dev <= n - 1:
-        raise ValueError(
-            f"{n} question(s) with dev_fraction {dev_fraction} leave no question on one side (held out: {n_dev})"
-        )
-    held = set(random.Random(seed).sample(range(n), n_dev))
-    return [ex for i, ex in enumerate(examples) if i not in held], [ex for i, ex in enumerate(examples) if i in held]
-
-
-def looks_like_file(task: str | os.PathLike[str]) -> bool:
-    """Whether ``task`` names a QA file rather than a registered task.
-
-    An existing file does, and so does a name that looks like a path (a folder part or a file
-    suffix, ``my/qa.jsnl``): registered task names have neither, so a mistyped file name is
-    reported as a missing file, not as an unknown task.
-    """
-    if isinstance(task, os.PathLike):
-        return True
-    path = Path(task)
-    return path.is_file() or bool(path.suffix) or "/" in task or os.sep in task
-
-
-def cache_dir() -> Path:
-    """Where built tasks and indexes are cached: ``$SEARCHENV_CACHE`` or ``~/.cache/searchenv``."""
-    root = os.environ.get("SEARCHENV_CACHE")
-    return Path(root) if root else Path.home() / ".cache" / "searchenv"
-
-
 @dataclass(frozen=True)
 class Task:
     """Example splits plus the corpus they are asked against.
@@ -351,41 +253,3 @@ class TaskSpec:
     build: Callable[[Path], Task]
     description: str = ""
     info: Mapping[str, Any] = field(default_factory=dict)
-
-
-_REGISTRY: dict[str, TaskSpec] = {}
-
-
-def register_task(spec: TaskSpec) -> None:
-    """Add a named task to the registry (later registrations of a name replace earlier ones)."""
-    _REGISTRY[spec.name] = spec
-
-
-def task_specs() -> list[TaskSpec]:
-    """All registered tasks, by name."""
-    _load_builtin()
-    return [_REGISTRY[k] for k in sorted(_REGISTRY)]
-
-
-def load_task(name: str, root: Path | None = None) -> Task:
-    """Build or load a named task.
-
-    Args:
-        name: A registered task name.
-        root: Cache folder (default :func:`cache_dir`).
-
-    Returns:
-        The task.
-
-    Raises:
-        ValueError: If no task has that name.
-    """
-    _load_builtin()
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(sorted(_REGISTRY))}")
-    return _REGISTRY[name].build(root if root is not None else cache_dir())
-
-
-def _load_builtin() -> None:
-    # Importing the module registers its tasks.
-    import searchenv.tasks.synthetic  # noqa: F401

@@ -65,10 +65,10 @@ from starlette.requests import ClientDisconnect
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from searchenv.corpus import Document
-from searchenv.httpclient import check_token
-from searchenv.jsonsafe import DEFAULT_MAX_DEPTH, JSONInputError, loads
 from searchenv.retrievers.base import Hit, Retriever, check_k
 from searchenv.retrievers.batching import MicroBatcher
+from searchenv.utils.httpclient import check_token
+from searchenv.utils.jsonsafe import DEFAULT_MAX_DEPTH, JSONInputError, loads
 
 try:  # the kernel's count of a socket's unsent bytes (Linux); elsewhere only asyncio's buffer is watched
     import fcntl

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from searchenv.corpus import Document, document_from_record
-from searchenv.jsonsafe import loads
+from searchenv.utils.jsonsafe import loads
 
 DOCS_FILE = "docs.jsonl"
 OFFSETS_FILE = "doc_offsets.npy"

@@ -31,7 +31,7 @@ would refuse it.
 A server is not trusted: ``timeout`` is a deadline for the whole call (every connect, read and
 write is cut at it, so a server dripping one byte at a time cannot hold a call longer), answers
 are capped at ``max_response_bytes`` after decompression (a gzip bomb stops at the cap), JSON
-goes through :func:`searchenv.jsonsafe.loads` (deep nesting, huge integers and invalid UTF-8
+goes through :func:`searchenv.utils.jsonsafe.loads` (deep nesting, huge integers and invalid UTF-8
 become :class:`RetrieverError`) and a score must be a finite number.
 """
 
@@ -47,8 +47,8 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from searchenv.corpus import split_contents
-from searchenv.httpclient import DEFAULT_MAX_RESPONSE_BYTES, JSONClient, check_call_options, check_token
 from searchenv.retrievers.base import Hit, RetrieverError, check_k
+from searchenv.utils.httpclient import DEFAULT_MAX_RESPONSE_BYTES, JSONClient, check_call_options, check_token
 
 __all__ = [
     "DEFAULT_MAX_RESPONSE_BYTES", "DIALECTS", "TOKEN_ENV", "RemoteRetriever", "check_token", "is_server_url",

@@ -15,7 +15,7 @@ Reported (``benchmarks/results/<name>.{json,md}``, plus ``<name>.log``, TRL's ow
 - greedy EM on ``--n-dev`` held-out dev questions before (the SFT start) and after training, beside
   the rule-based ``heuristic`` on the same questions, with paired 95% bootstrap intervals.
 
-On a GPU (the run in docs/engines.md; about 3 minutes on one H100)::
+On a GPU (the run in docs/engines/trl.md)::
 
     python benchmarks/trl_grpo.py --device cuda --name trl_grpo_gpu
 

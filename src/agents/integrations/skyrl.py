@@ -18,7 +18,7 @@ own integrations do:
 - :func:`main`, the training entry point: it parses the command line with ``SearchQATrainConfig``,
   runs SkyRL's ``validate_cfg``, starts Ray and runs SkyRL's ``BasePPOExp`` in a Ray task that first
   registers the environment (``searchenv.integrations.skyrl.register``), as SkyRL's examples do
-  with theirs. ``python -m agents.integrations.skyrl key=value ...`` (see docs/engines.md).
+  with theirs. ``python -m agents.integrations.skyrl key=value ...`` (see docs/engines/skyrl.md).
 
 The classes are built on first use (:func:`config_classes`), so importing this module does not
 import SkyRL. Needs SkyRL's trainer package (``skyrl``, Python 3.12+) and ``skyrl-gym``.

@@ -46,7 +46,7 @@ command line; see ``docs/verl/searchqa_grpo.yaml``): ``retriever`` (index folder
 :func:`searchenv.tasks.rows.example_from_row`). The environment objects
 are pooled per process, so the index is opened once.
 
-Needs ``verl`` (its own virtual environment: it pins its own transformers; see docs/engines.md).
+Needs ``verl`` (its own virtual environment: it pins its own transformers; see docs/engines/verl.md).
 """
 
 from __future__ import annotations

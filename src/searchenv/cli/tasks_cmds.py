@@ -164,7 +164,7 @@ def rows(
 
     Each row holds the question as a chat prompt, the gold answers as
     ``reward_model.ground_truth.target``, the evidence ids and the id in ``extra_info``, and
-    ``agent_name`` (see docs/engines.md). The file is written whole or not at all.
+    ``agent_name`` (see docs/engines/verl.md). The file is written whole or not at all.
     """
     from searchenv.cli import check_task_file
     from searchenv.tasks.qa_files import read_qa_jsonl

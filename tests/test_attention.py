@@ -124,3 +124,138 @@ def test_head_logits_call_wrapped_heads() -> None:
     head = Scaled(8, 10)
     hidden = torch.randn(3, 8)
     torch.testing.assert_close(_head_logits(head, hidden), head(hidden))
+
+
+# ---------------------------------------------------------------------------------------------
+# Single-token decoding: the query heads packed onto the key/value heads, no repeat_kv copy
+# ---------------------------------------------------------------------------------------------
+
+
+def _repeat_kv_reference(q: Any, k: Any, v: Any, mask: Any, scale: float) -> Any:
+    groups = q.shape[1] // k.shape[1]
+    k2, v2 = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+    out = torch.nn.functional.scaled_dot_product_attention(q, k2, v2, attn_mask=mask, scale=scale)
+    return out.transpose(1, 2)
+
+
+@pytest.mark.parametrize("mask_kind", ["shared-bool", "per-head-bool", "shared-additive", "none"])
+def test_packed_decode_attention_equals_repeated_keys(mask_kind: str) -> None:
+    gen = torch.Generator().manual_seed(0)
+    b, heads, kv_heads, length, dim = 3, 9, 3, 37, 16
+    q = torch.randn(b, heads, 1, dim, generator=gen)
+    k, v = torch.randn(b, kv_heads, length, dim, generator=gen), torch.randn(b, kv_heads, length, dim, generator=gen)
+    keep = torch.ones(b, 1, 1, length, dtype=torch.bool)
+    keep[0, ..., :11] = False  # left padding
+    keep[2, ..., 30:] = False  # unused cache columns
+    mask = {
+        "shared-bool": keep,
+        "per-head-bool": keep.expand(b, heads, 1, length).clone(),
+        "shared-additive": torch.zeros(b, 1, 1, length).masked_fill(~keep, float("-inf")),
+        "none": None,
+    }[mask_kind]
+
+    class Module:
+        num_key_value_groups = heads // kv_heads
+        is_causal = True
+
+    out, _ = grouped_sdpa_attention(Module(), q, k, v, mask, scaling=dim**-0.5)
+    torch.testing.assert_close(out, _repeat_kv_reference(q, k, v, mask, dim**-0.5), rtol=1e-5, atol=1e-5)
+
+
+class _Allocations(torch.utils._python_dispatch.TorchDispatchMode):  # type: ignore[misc]
+    """Records each operator's largest new tensor (views are not counted) and counts host syncs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.largest: list[tuple[int, str]] = []
+        self.syncs = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        if func.__name__.startswith(("_local_scalar_dense", "is_nonzero", "item")):
+            self.syncs += 1
+        if any(r.alias_info is not None for r in func._schema.returns):
+            return out  # a view of an input (a transposed weight, a slice): nothing allocated
+        flat = torch.utils._pytree.tree_leaves(out)
+        sizes = [t.numel() for t in flat if isinstance(t, torch.Tensor)]
+        if sizes:
+            self.largest.append((max(sizes), str(func)))
+        return out
+
+
+def _decode_step_allocations(model: Any, rows: int = 4, length: int = 48) -> tuple[_Allocations, int]:
+    """One single-token decode step over a padded cache; returns the recorder and rows x heads x L x dim."""
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, 300, (rows, length), generator=gen)
+    mask = torch.ones_like(ids)
+    mask[0, :9] = 0
+    with torch.no_grad():
+        past = model(input_ids=ids, attention_mask=mask, use_cache=True).past_key_values
+        step = torch.randint(3, 300, (rows, 1), generator=gen)
+        step_mask = torch.cat([mask, torch.ones(rows, 1, dtype=mask.dtype)], dim=1)
+        with _Allocations() as rec:
+            model(input_ids=step, attention_mask=step_mask, past_key_values=past, use_cache=True)
+    cfg = model.config
+    head_dim = cfg.hidden_size // cfg.num_attention_heads
+    return rec, rows * cfg.num_attention_heads * (length + 1) * head_dim
+
+
+def test_a_decode_step_allocates_no_repeated_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    from transformers.integrations import sdpa_attention
+
+    # transformers releases before 5.2x repeat the whole cache per query head at every masked decode
+    # step; this makes the installed one do the same, so the check is seen to catch it
+    monkeypatch.setattr(sdpa_attention, "is_torchdynamo_compiling", lambda: True)
+    plain, _ = build_tiny_model(seed=2, num_heads=4, num_kv_heads=2)
+    rec, limit = _decode_step_allocations(plain)
+    assert max(rec.largest)[0] >= limit, "the check no longer sees repeat_kv's copy"
+
+    packed, _ = build_tiny_model(seed=2, num_heads=4, num_kv_heads=2)
+    assert use_grouped_sdpa(packed)
+    rec, limit = _decode_step_allocations(packed)
+    big = [(n, op) for n, op in rec.largest if n >= limit]
+    assert big == [], f"a decode step allocated rows x heads x length x dim or more: {big[:3]}"
+
+
+def test_the_fixed_decode_step_neither_copies_the_cache_nor_syncs(monkeypatch: pytest.MonkeyPatch) -> None:
+    from transformers.integrations import sdpa_attention
+
+    from agents.policies.hf import _DecodeStep
+
+    monkeypatch.setattr(sdpa_attention, "is_torchdynamo_compiling", lambda: True)  # as older transformers
+    model, tok = build_tiny_model(seed=5, num_heads=4, num_kv_heads=2)
+    policy = HFPolicy(model, tok, decode="static", cuda_graph=True)  # on the CPU: the fixed step, no capture
+    seen: list[tuple[_Allocations, tuple[int, ...]]] = []
+    original = _DecodeStep._forward
+
+    def recorded(self: Any) -> Any:
+        with _Allocations() as rec:
+            out = original(self)
+        seen.append((rec, tuple(self.mask4.shape)))
+        return out
+
+    monkeypatch.setattr(_DecodeStep, "_forward", recorded)
+    policy.generate([[5, 17, 33, 41], [8, 9, 10, 11, 12, 13, 14], [40, 41]], max_new_tokens=8, temperature=0.0)
+    assert seen, "the fixed-shape step did not run"
+    head_dim = model.config.hidden_size // model.config.num_attention_heads
+    for rec, (rows, _, _, capacity) in seen:
+        limit = rows * model.config.num_attention_heads * capacity * head_dim
+        assert [op for n, op in rec.largest if n >= limit] == []
+        assert rec.syncs == 0, "the fixed decode step read a value back to the host"
+
+
+def test_packed_decoding_generates_the_same_tokens_as_repeated_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    from transformers.integrations import sdpa_attention
+
+    prompts = [[5, 17, 33, 41], [8, 9, 10, 11, 12, 13, 14, 15, 16], [40, 41]]
+    packed = HFPolicy(*build_tiny_model(seed=4, num_heads=4, num_kv_heads=2))
+    assert packed.model.config._attn_implementation == GROUPED_SDPA
+    want = packed.generate(prompts, max_new_tokens=12, temperature=0.0)
+    monkeypatch.setattr(sdpa_attention, "is_torchdynamo_compiling", lambda: True)
+    plain_model, tok = build_tiny_model(seed=4, num_heads=4, num_kv_heads=2)
+    plain = HFPolicy(plain_model, tok)
+    plain.model.set_attn_implementation("sdpa")  # transformers' own, repeat_kv and all
+    got = plain.generate(prompts, max_new_tokens=12, temperature=0.0)
+    assert [g.token_ids for g in got] == [g.token_ids for g in want]
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), rtol=1e-5, atol=1e-5)

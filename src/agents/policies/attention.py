@@ -1,4 +1,4 @@
-"""Grouped-query attention without copying keys and values, for transformers models on the CPU.
+"""Grouped-query attention without copying keys and values, for transformers models.
 
 Models such as SmolLM2 and Llama share each key/value head among several query heads. With a
 padding mask (every batched rollout and training batch has one), transformers' ``sdpa`` attention
@@ -9,11 +9,18 @@ CPU when profiled. PyTorch's CPU kernels take the
 grouped heads directly (``enable_gqa=True``), with the same result bit for bit in the forward pass.
 
 :func:`use_grouped_sdpa` switches a model whose attention is ``sdpa`` to the attention function
-registered here under :data:`GROUPED_SDPA`. It calls SDPA with ``enable_gqa=True`` when the model
-runs on the CPU, has grouped heads, more than one query position and a mask; every other call is
-passed unchanged to transformers' own ``sdpa`` function (on GPUs ``enable_gqa`` with a mask falls
-back to a slower kernel, and single-token decoding is already handled there without copies).
-Masks are built exactly as for ``sdpa``.
+registered here under :data:`GROUPED_SDPA`. With grouped heads and a mask it attends without
+copies:
+
+- a single query position (a decode step), on any device: the query heads that share a key/value
+  head become that head's query rows (``[batch, kv_heads, groups, dim]``), so SDPA runs on the
+  key/value heads as they are, whatever the installed transformers version does (older releases
+  call ``repeat_kv`` on the whole cache at every step once a padding mask is given);
+- several query positions on the CPU: SDPA with ``enable_gqa=True`` (on GPUs ``enable_gqa`` with a
+  mask falls back to a slower kernel, so prefill there goes to transformers' ``sdpa``).
+
+Every other call is passed unchanged to transformers' own ``sdpa`` function. Masks are built
+exactly as for ``sdpa``.
 """
 
 from __future__ import annotations
@@ -61,6 +68,10 @@ def grouped_sdpa_attention(
 
     groups = int(getattr(module, "num_key_value_groups", 1) or 1)
     special = any(kwargs.get(k) is not None for k in ("softcap", "position_bias", "cache"))
+    if groups > 1 and not special and not kwargs.get("output_attentions", False) and _packable(
+        query, key, attention_mask, groups
+    ):
+        return _packed_decode(query, key, value, attention_mask, dropout, scaling), None
     if (
         groups > 1
         and attention_mask is not None
@@ -77,6 +88,42 @@ def grouped_sdpa_attention(
         module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs
     )
     return result
+
+
+def _packable(query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor | None, groups: int) -> bool:
+    """Whether a call is one query position over grouped heads with a mask shared or given per head."""
+    b, heads, q_len, _ = query.shape
+    if q_len != 1 or key.shape[1] * groups != heads:
+        return False
+    return mask is None or (mask.dim() == 4 and mask.shape[2] == 1 and mask.shape[1] in (1, heads))
+
+
+def _packed_decode(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor | None,
+    dropout: float,
+    scaling: float | None,
+) -> torch.Tensor:
+    """One query position: the query heads of each key/value head attend as that head's rows.
+
+    Query head ``h`` uses key/value head ``h // groups`` (as ``repeat_kv`` lays them out), so a
+    reshape of the queries to ``[batch, kv_heads, groups, dim]`` lines them up with the cache as it
+    is. A mask shared by the heads (``[batch, 1, 1, kv_len]``) broadcasts over the rows; a per-head
+    mask is reshaped the same way as the queries.
+    """
+    import torch
+
+    b, heads, _, dim = query.shape
+    kv_heads = key.shape[1]
+    rows = query.reshape(b, kv_heads, heads // kv_heads, dim)
+    if mask is not None and mask.shape[1] != 1:
+        mask = mask.reshape(b, kv_heads, heads // kv_heads, mask.shape[-1])
+    out = torch.nn.functional.scaled_dot_product_attention(
+        rows, key, value, attn_mask=mask, dropout_p=dropout, scale=scaling, is_causal=False
+    )
+    return out.reshape(b, heads, 1, dim).transpose(1, 2).contiguous()
 
 
 def _register() -> None:

@@ -14,7 +14,7 @@ SKYRL_PYTHON ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3
 # The CPU build of torch that this project pins for set-up (the package itself needs only torch>=2.4).
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: install demo test lint typecheck bench clean
+.PHONY: install demo test test-fast lint typecheck bench clean
 
 install: $(STAMP)
 
@@ -52,7 +52,11 @@ typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
 test: lint typecheck $(VERL_STAMP) $(SKYRL_STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=15
+
+# The inner loop: lint, types and the tests not marked slow (no served models, engine runs or documented walkthroughs).
+test-fast: lint typecheck
+	$(PY) -m pytest -q -m "not slow" --durations=5
 
 demo: $(STAMP)
 	$(VENV)/bin/searchenv tasks

@@ -46,6 +46,7 @@ def _card(out: Path) -> dict[str, Any]:
     return {"sets": card["sets"], "average": card["average"], "settings": card["settings"]}
 
 
+@pytest.mark.slow
 def test_a_bench_killed_half_way_continues_from_its_saved_episodes(
     stand_in: tuple[str, type[StandIn]], tmp_path: Path  # noqa: F811 - the imported fixture
 ) -> None:

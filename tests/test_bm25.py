@@ -144,6 +144,7 @@ def test_english_stemming_is_an_index_option(tmp_path) -> None:  # type: ignore[
     assert not (tmp_path / "bad").exists()
 
 
+@pytest.mark.slow
 def test_numba_backend_ranks_exactly_as_numpy(tmp_path: Path) -> None:
     """bm25s's numba top-k orders ties arbitrarily; the wrapper's canonical order must not change."""
     pytest.importorskip("numba")

@@ -160,6 +160,7 @@ def test_training_state_round_trips_exactly_through_a_weights_only_load(tmp_path
 # ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_rerun_refuses_an_existing_run_and_overwrite_replaces_it(world: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
     cfg = sft_config(world, run, tmp_path)
@@ -192,6 +193,7 @@ def test_resume_without_a_checkpoint_refuses_instead_of_starting_over(world: Pat
 # ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_stale_temporary_files_of_killed_runs_are_removed_on_start(world: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
     assert train("sft", sft_config(world, run, tmp_path)).exit_code == 0
@@ -208,6 +210,7 @@ def test_stale_temporary_files_of_killed_runs_are_removed_on_start(world: Path, 
                                                             "notes.txt"])
 
 
+@pytest.mark.slow
 def test_resume_after_a_kill_mid_metrics_line_drops_the_torn_line(world: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
     assert train("sft", sft_config(world, run, tmp_path)).exit_code == 0
@@ -253,6 +256,7 @@ def test_a_checkpoint_holding_other_objects_is_refused_before_writing(tmp_path: 
 # ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["empty", "truncated", "garbage"])
 def test_damaged_checkpoint_is_named_with_what_to_do(world: Path, tmp_path: Path, damage: str) -> None:
     run = tmp_path / "run"
@@ -277,6 +281,7 @@ def test_resume_refuses_a_checkpoint_of_another_trainer(world: Path, tmp_path: P
     assert_clean_error(res, str(run / CHECKPOINT_NAME), "sft")
 
 
+@pytest.mark.slow
 def test_a_lora_ppo_run_resumes_exactly(tmp_path: Path) -> None:
     """The value head (extra state) and LoRA-only weights come back through the weights-only checkpoint.
 
@@ -349,6 +354,7 @@ def test_a_refused_resume_leaves_the_run_config_as_it_was(world: Path, tmp_path:
     assert json.loads(config.read_text())["steps"] == 1
 
 
+@pytest.mark.slow
 def test_a_checkpoint_with_a_negative_step_is_refused(world: Path, tmp_path: Path) -> None:
     # before: a safe-typed checkpoint with "step": -5 resumed and trained steps -4..2
     run = tmp_path / "run"

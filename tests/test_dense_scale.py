@@ -43,6 +43,7 @@ def _docs(n: int, seed: int = 0) -> list[Document]:
             for i in range(n)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("index_type", "options", "floor"), [
     ("fp16", {}, 0.99),
     ("sq8", {}, 0.9),
@@ -65,6 +66,7 @@ def test_compressed_indexes_find_what_flat_finds(index_type: str, options: dict[
     np.testing.assert_array_equal(single, rows[:8])
 
 
+@pytest.mark.slow
 def test_rerank_with_every_candidate_is_the_exact_ranking() -> None:
     rng = np.random.default_rng(1)
     x, q = _clustered(rng, 1500, 16), _clustered(rng, 20, 16)

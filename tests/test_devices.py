@@ -73,6 +73,7 @@ def test_forward_logprobs_moves_a_host_batch_to_the_model_and_keeps_the_numbers(
     torch.testing.assert_close(got, expected, rtol=0, atol=0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("decode", ["dynamic", "static"])
 def test_generation_and_judges_on_the_device(decode: str) -> None:
     from agents.evaluation.judges import PolicyAnswerJudge, PolicyRelevanceJudge
@@ -122,6 +123,7 @@ def _run_both(train: Any, make_cfg: Any, must_move: bool = True, **kwargs: Any) 
     return checked
 
 
+@pytest.mark.slow
 def test_sft_step_on_the_device(tmp_path: Path, qa_file: Path, corpus_file: Path) -> None:
     from agents.trainers.sft import train_sft
 
@@ -204,6 +206,7 @@ def test_device_names_are_checked_and_auto_is_the_cpu_here() -> None:
         assert torch.ones(2, 2).matmul(torch.ones(2, 2)).dtype == torch.bfloat16
 
 
+@pytest.mark.slow
 def test_train_config_device_dtype_and_gradient_checkpointing(tmp_path: Path, qa_file: Path,
                                                               corpus_file: Path) -> None:
     from agents.trainers.sft import SFTConfig, train_sft

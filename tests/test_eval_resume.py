@@ -123,6 +123,7 @@ def _results(out: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     return row, [json.loads(x) for x in lines]
 
 
+@pytest.mark.slow
 def test_an_evaluation_killed_half_way_continues_from_its_saved_episodes(
     stand_in: tuple[str, type[StandIn]], files: tuple[Path, Path], tmp_path: Path
 ) -> None:
@@ -162,6 +163,7 @@ def test_an_evaluation_killed_half_way_continues_from_its_saved_episodes(
     assert not saved.exists()  # a complete run leaves no checkpoint
 
 
+@pytest.mark.slow
 def test_a_request_that_times_out_fails_its_episode_not_the_run(
     stand_in: tuple[str, type[StandIn]], files: tuple[Path, Path], tmp_path: Path
 ) -> None:
@@ -191,6 +193,7 @@ def test_a_request_that_times_out_fails_its_episode_not_the_run(
     assert _results(out) == _results(tmp_path / "clean")
 
 
+@pytest.mark.slow
 def test_saved_episodes_of_other_settings_are_refused(
     stand_in: tuple[str, type[StandIn]], files: tuple[Path, Path], tmp_path: Path
 ) -> None:

@@ -101,6 +101,7 @@ def test_failed_rebuild_keeps_the_index_it_was_replacing(tmp_path: Path, corpus_
 # --------------------------------------------------------------------------- item 5: killed rebuilds
 
 
+@pytest.mark.slow
 def test_killed_rebuild_leaves_the_old_index_whole(tmp_path: Path, corpus_file: Path) -> None:
     folder = tmp_path / "idx"
     before = build_index("bm25", corpus_file, folder).search_batch(QUERIES, 3)
@@ -205,6 +206,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_three_processes_building_the_cache_at_once(tmp_path: Path) -> None:
     corpus = tmp_path / "c.jsonl"
     docs = _random_corpus(500, seed=4) + DOCS

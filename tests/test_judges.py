@@ -129,6 +129,7 @@ def tiny() -> Any:
 HITS = [Hit(d.id, d.title, d.text, 1.0) for d in DOCS[:3]]
 
 
+@pytest.mark.slow
 @needs_torch
 def test_relevance_judge_batches_one_call_per_step_with_a_real_model(tiny: Any) -> None:
     policy = Counting(tiny)

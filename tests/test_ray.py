@@ -55,6 +55,7 @@ def _actions(obs: tuple[str, ...], step: int) -> list[str]:
     return out
 
 
+@pytest.mark.slow
 def test_ray_workers_step_like_one_local_vector_env(local_ray: None, files: tuple[str, str]) -> None:
     index, qa = files
     kwargs: dict[str, Any] = {"task": qa, "retriever": index, "max_turns": 3}
@@ -87,6 +88,7 @@ def test_ray_workers_step_like_one_local_vector_env(local_ray: None, files: tupl
         remote.close()
 
 
+@pytest.mark.slow
 def test_serve_deployment_batches_callers_and_answers_like_the_index(local_ray: None, files: tuple[str, str]) -> None:
     index, qa = files
     handle = serve.run(retriever_app(index, num_replicas=1, max_batch_size=32, batch_wait_timeout_s=0.2,
@@ -127,6 +129,7 @@ def test_merged_infos_keep_gymnasium_layout() -> None:
     assert list(merged["b"]) == [None, None, "x"] and list(merged["_b"]) == [False, False, True]
 
 
+@pytest.mark.slow
 def test_workers_that_cannot_be_scheduled_raise_instead_of_hanging(local_ray: None, files: tuple[str, str]) -> None:
     index, qa = files
     with pytest.raises(TimeoutError, match="lower worker_options"):

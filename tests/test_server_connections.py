@@ -128,6 +128,7 @@ def _answered_soon(method: str, url: str, **kwargs: object) -> httpx.Response:
         time.sleep(0.1)
 
 
+@pytest.mark.slow
 def test_many_idle_connections_under_a_low_fd_limit_do_not_stop_health(index: Path, tmp_path: Path) -> None:
     # 150 idle sockets against a server limited to 128 file descriptors, default settings
     log = tmp_path / "serve.log"
@@ -149,6 +150,7 @@ def test_many_idle_connections_under_a_low_fd_limit_do_not_stop_health(index: Pa
     assert "Too many open files" not in out, out[-3000:]  # accept never ran out of descriptors
 
 
+@pytest.mark.slow
 def test_idle_and_slow_connections_are_closed_after_the_timeouts(index: Path, tmp_path: Path) -> None:
     token_file = tmp_path / "token"
     token_file.write_text("s3cret\n")
@@ -239,6 +241,7 @@ def _open_fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts the server's descriptors in /proc")
 def test_clients_that_never_read_are_dropped_after_the_write_timeout(long_index: Path, tmp_path: Path) -> None:
     # before: a connection closed with its answer unsent (keep-alive timeout, Connection: close) kept
@@ -271,6 +274,7 @@ def test_clients_that_never_read_are_dropped_after_the_write_timeout(long_index:
                     s.close()
 
 
+@pytest.mark.slow
 def test_clients_that_never_read_do_not_hold_the_connection_slots(long_index: Path, tmp_path: Path) -> None:
     # 20 pipelining clients that never read fill a cap of 20: before, every newcomer got a 503 forever
     options = ("--write-timeout", "1", "--max-connections", "20")
@@ -293,6 +297,7 @@ def test_clients_that_never_read_do_not_hold_the_connection_slots(long_index: Pa
                 s.close()
 
 
+@pytest.mark.slow
 def test_a_slow_reader_gets_its_whole_answer(long_index: Path, tmp_path: Path) -> None:
     # the write timeout is a time without progress, as nginx's send_timeout: a client that reads
     # slowly but steadily (256 kB per 0.1 s, 6.6 MB in about 2.5 s; 0.5 s timeout) is not cut
@@ -324,6 +329,7 @@ def _reset(s: socket.socket) -> bool:
     return s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == errno.ECONNRESET
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts the server's descriptors in /proc")
 def test_connections_closed_with_unread_answers_count_against_the_cap(long_index: Path, tmp_path: Path) -> None:
     # before: past the keep-alive timeout a connection with an unread answer was closing, kept its

@@ -119,6 +119,7 @@ def _trainer(tmp_path: Path, rollout: SearchQARollout, steps: int, **config: Any
                        train_dataset=Dataset.from_list(rollout.dataset() * 8), rollout_func=rollout)
 
 
+@pytest.mark.slow
 def test_grpo_trainer_learns_a_toy_reward_with_searchenv_owning_it(tmp_path: Path, bm25: BM25Retriever) -> None:
     rollout = _Recording(list(EXAMPLES), retriever=bm25, reward=_toy, max_turns=2, max_new_tokens=12)
     rollout.calls = []

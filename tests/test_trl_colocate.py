@@ -128,6 +128,7 @@ def torch_module() -> Any:
     return torch.nn.Linear(1, 1)  # not a PEFT model: TRL adds no barrier
 
 
+@pytest.mark.slow
 def test_two_tensor_parallel_ranks_share_every_batch_through_trls_generation(tmp_path: Path) -> None:
     import torch.multiprocessing as mp
 

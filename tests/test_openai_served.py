@@ -140,7 +140,7 @@ def test_eval_cli_runs_reference_agents_on_the_served_model(served: tuple[str, s
     out = tmp_path / "ev"
     cmd = [sys.executable, "-c", "from searchenv.cli import main; main()", "eval", "--agent", "rag",
            "--task", "synthetic-1hop", "--n", "3", "--model-url", url + "/v1", "--served-model", folder,
-           "--api", api, "--concurrency", "3", "--out", str(out)]
+           "--api", api, "--concurrency", "3", "--max-new-tokens", "32", "--out", str(out)]
     if api == "completions":
         cmd += ["--model", MODEL]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
@@ -367,7 +367,7 @@ def test_eval_cli_with_tools_on_the_served_model(served: tuple[str, str], tmp_pa
     cmd = [sys.executable, "-c", "from searchenv.cli import main; main()", "eval", "--agent", "llm",
            "--task", "synthetic-1hop", "--n", "2", "--protocol", "tools", "--max-turns", "2",
            "--model-url", url + "/v1", "--served-model", folder, "--api", "chat", "--concurrency", "2",
-           "--out", str(out)]
+           "--max-new-tokens", "32", "--out", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     [row] = json.loads((out / "results.json").read_text())["rows"]

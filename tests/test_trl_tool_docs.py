@@ -18,7 +18,7 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 
 @pytest.mark.slow
-def test_the_tool_run_trains_through_trl_from_the_packaged_sft_adapter(
+def test_the_tool_run_trains_through_trl_from_the_packaged_model(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The block as written: the SearchQA reward is earned through TRL's own tool loop on the first step."""

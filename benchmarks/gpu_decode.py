@@ -168,6 +168,8 @@ def run_modes(
     count: Callable[[Any], int],
 ) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
     """One warm-up call per mode, then ``repeats`` rotations; per mode: tokens/s per repeat and the median."""
+    from agents.policies.hf.decode import GRAPH_STATS
+
     first: dict[str, Any] = {}
     for name, call in modes.items():
         first[name] = call()  # warm-up (and, for CUDA graphs, the first capture)
@@ -184,6 +186,7 @@ def run_modes(
             res["seconds"].append(seconds)
             if pol is not None:
                 res["prefill_seconds"].append(pol.stats["prefill_seconds"])
+                res.setdefault("graph", []).append({k: int(pol.stats.get(k, 0)) for k in GRAPH_STATS})
         line = ", ".join(
             f"{n} {results[n]['tokens'][-1] / results[n]['seconds'][-1]:.0f} tok/s" for n in modes
         )
@@ -300,6 +303,12 @@ def main(argv: list[str] | None = None) -> None:
                 f"| {scenario} | {mode} | {r['median_tokens_per_second']:,.0f} | "
                 f"{'' if decode is None else f'{decode:,.0f}'} | {r['median_tokens_per_second'] / ref:.2f}x |"
             )
+    graph_rows = [
+        f"{scenario}, {mode}: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in r["graph"][-1].items())
+        for scenario, res in (("fixed length", fixed), ("episode turn", turn))
+        for mode, r in res.items()
+        if isinstance(r, dict) and r.get("graph") and "static" in mode
+    ]
     same = "; ".join(f"{k}: {v['rows_identical']} rows identical to dynamic" for k, v in
                      {**fixed_equal, **{f'{k} (episode turn)': v for k, v in turn_equal.items()}}.items())
     table = "\n".join([
@@ -313,6 +322,10 @@ def main(argv: list[str] | None = None) -> None:
         f"Median of {args.repeats} repeats after a warm-up call each; prompts {prompt_lengths[0]}-"
         f"{prompt_lengths[-1]} tokens (median {statistics.median(prompt_lengths):.0f}). {same}. "
         f"Load average {load_start[0]:.2f} before, {load_end[0]:.2f} after.",
+        "",
+        "Fixed-shape decode steps in the last repeat (graph captures, replays, failed captures, eager steps):",
+        "",
+        *(f"- {line}" for line in graph_rows),
     ])
     command = "python benchmarks/gpu_decode.py " + " ".join(argv if argv is not None else sys.argv[1:])
     write_results(name, data, table, command=command.strip())

@@ -16,6 +16,10 @@ import numpy as np
 
 from agents.policies.hf.sampling import _row_uniforms, _sample, _sample_uniform
 
+#: Counters of the fixed-shape decode step in :attr:`HFPolicy.stats`: CUDA graphs captured, steps
+#: replayed from one, captures that failed (the step then runs eagerly), and fixed steps run eagerly.
+GRAPH_STATS = ("graph_captures", "graph_replays", "graph_fallbacks", "fixed_eager_steps")
+
 if TYPE_CHECKING:
     import torch
 
@@ -411,13 +415,14 @@ class _DecodeStep:
         self.pos.copy_(lengths[:, None])
         self.mask4[:, 0, 0].copy_(self.mask)
         self.col.fill_(width)
-        if not self.capture:
-            return self._forward()
-        if self.graph is None:
+        stats = self.policy.stats
+        if self.capture and self.graph is None:
             self._capture()
         if self.graph is None or self.out is None:
+            stats["fixed_eager_steps"] = stats.get("fixed_eager_steps", 0) + 1
             return self._forward()
         self.graph.replay()
+        stats["graph_replays"] = stats.get("graph_replays", 0) + 1
         return self.out
 
     def _forward(self) -> torch.Tensor:
@@ -443,8 +448,10 @@ class _DecodeStep:
         except RuntimeError as err:  # something in the forward pass syncs with the host
             warnings.warn(f"CUDA graph capture of the decode step failed ({err}); running it eagerly", stacklevel=4)
             self.capture = False
+            self.policy.stats["graph_fallbacks"] = self.policy.stats.get("graph_fallbacks", 0) + 1
             return
         self.graph, self.out = graph, out
+        self.policy.stats["graph_captures"] = self.policy.stats.get("graph_captures", 0) + 1
 
     def close(self) -> None:
         """Return the cache layers to their growing mode and free the graph."""

@@ -11,7 +11,7 @@ import numpy as np
 
 from agents.policies.attention import use_grouped_sdpa
 from agents.policies.base import Generation, chat_template_ids, check_sampling
-from agents.policies.hf.decode import DecodeLoops, _cut_at_stop, _sync
+from agents.policies.hf.decode import GRAPH_STATS, DecodeLoops, _cut_at_stop, _sync
 from agents.policies.hf.gguf import DEFAULT_MODEL, _torch_dtype, load_model
 from agents.policies.hf.kv_cache import _buffer_cache, _Entry, _PrefixStore
 from agents.policies.hf.sampling import _row_generators
@@ -172,7 +172,7 @@ class HFPolicy(DecodeLoops):
     def reset_stats(self) -> None:
         """Zero :attr:`stats`."""
         keys = ("calls", "prefill_tokens", "prefill_positions", "prefill_seconds", "decode_steps",
-                "decode_tokens", "decode_positions", "decode_seconds")
+                "decode_tokens", "decode_positions", "decode_seconds", *GRAPH_STATS)
         self.stats = dict.fromkeys(keys, 0.0)
 
     def clear_cache(self) -> None:

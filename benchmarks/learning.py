@@ -341,7 +341,7 @@ def adapters_phase(args: argparse.Namespace, runs: list[str]) -> dict[str, Any]:
     Writes the searcher folder ``args.out / f"searcher_{runs[-1]}"`` (what ``--export-searcher`` copies)
     and evaluates :func:`agents.baselines.searcher.load_searcher` of it on the same dev questions.
     """
-    from agents.baselines.searcher import export_searcher, load_searcher
+    from agents.baselines.searcher import export_searcher, load_searcher, read_manifest
     from agents.devices import resolve_device
 
     folder = args.out / f"searcher_{runs[-1]}"
@@ -353,10 +353,8 @@ def adapters_phase(args: argparse.Namespace, runs: list[str]) -> dict[str, Any]:
     policy = load_searcher(folder, device=resolve_device(args.device))
     row = evaluate_policy(policy, args)
     size = sum(f.stat().st_size for f in folder.iterdir())
-    from agents.baselines.searcher import read_manifest
-
     kept = [a.get("energy_kept") for a in read_manifest(folder)["adapters"]]
-    steps = sum(int(json.loads((args.out / f"{r}.json").read_text()).get("steps", 0)) for r in runs[-1:])
+    steps = int(json.loads((args.out / f"{runs[-1]}.json").read_text()).get("steps", 0))
     return {**row, "steps": steps, "ranks": ranks, "adapter_bytes": size, "compress_seconds": compress_s,
             "energy_kept": kept, "searcher_dir": str(folder)}
 

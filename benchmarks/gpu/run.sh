@@ -144,9 +144,12 @@ bring_back() {  # the result files (one tar) and the exported searcher (in parts
   if [ ${#files[@]} -gt 0 ]; then
     tar -cf "$OUT/results.tar.tmp" "${files[@]}" && mv "$OUT/results.tar.tmp" "$OUT/results.tar"
   fi
-  if [ -f "$SEARCHER/searcher.json" ]; then
-    rm -f "$OUT"/searcher.tar.part-*
-    tar -C "$(dirname "$SEARCHER")" -cf - "$(basename "$SEARCHER")" | split -b 15M - "$OUT/searcher.tar.part-"
+  if [ -f "$SEARCHER/searcher.json" ]; then  # parts made aside, moved in whole, the checksum last
+    rm -rf "$OUT/.parts" && mkdir -p "$OUT/.parts"
+    tar -C "$(dirname "$SEARCHER")" -cf "$OUT/.parts/searcher.tar" "$(basename "$SEARCHER")"
+    (cd "$OUT/.parts" && split -b 15M searcher.tar searcher.tar.part- && sha256sum searcher.tar > sha && rm searcher.tar)
+    rm -f "$OUT"/searcher.tar.part-* "$OUT/searcher.tar.sha256"
+    mv "$OUT"/.parts/searcher.tar.part-* "$OUT"/ && mv "$OUT/.parts/sha" "$OUT/searcher.tar.sha256" && rmdir "$OUT/.parts"
   fi
   ls -l "$OUT"
 }

@@ -419,10 +419,10 @@ class _DecodeStep:
         if self.capture and self.graph is None:
             self._capture()
         if self.graph is None or self.out is None:
-            stats["fixed_eager_steps"] = stats.get("fixed_eager_steps", 0) + 1
+            stats["fixed_eager_steps"] += 1
             return self._forward()
         self.graph.replay()
-        stats["graph_replays"] = stats.get("graph_replays", 0) + 1
+        stats["graph_replays"] += 1
         return self.out
 
     def _forward(self) -> torch.Tensor:
@@ -448,10 +448,10 @@ class _DecodeStep:
         except RuntimeError as err:  # something in the forward pass syncs with the host
             warnings.warn(f"CUDA graph capture of the decode step failed ({err}); running it eagerly", stacklevel=4)
             self.capture = False
-            self.policy.stats["graph_fallbacks"] = self.policy.stats.get("graph_fallbacks", 0) + 1
+            self.policy.stats["graph_fallbacks"] += 1
             return
         self.graph, self.out = graph, out
-        self.policy.stats["graph_captures"] = self.policy.stats.get("graph_captures", 0) + 1
+        self.policy.stats["graph_captures"] += 1
 
     def close(self) -> None:
         """Return the cache layers to their growing mode and free the graph."""

@@ -110,11 +110,11 @@ def worked_example() -> str:
     for i, info in enumerate(detailed, 1):
         terms = info["reward_terms"]
         out.append(f"| {i} | " + " | ".join(_f(terms[n]) for n in names) + f" | {_f(info['reward'])} |")
-    ep = detailed[-1]["episode"]
+    ep = detailed[-1]["summary"]
     totals = ep["reward_totals"]
     out.append("| total | " + " | ".join(_f(totals[n]) for n in names) + f" | {_f(ep['return'])} |")
     out.append("")
-    out.append('Final `info["episode"]` without `reward_totals` (the total row above):\n')
+    out.append('Final `info["summary"]` without `reward_totals` (the total row above):\n')
     summary = {k: v for k, v in ep.items() if k != "reward_totals"}
     summary["return"] = round(summary["return"], 6)
     out.append("```json\n" + json.dumps(summary, sort_keys=True) + "\n```\n")
@@ -124,7 +124,7 @@ def worked_example() -> str:
     for name in PRESET_ORDER:
         infos = by_preset[name]
         out.append(
-            f"| `{name}` | " + " | ".join(_f(x["reward"]) for x in infos) + f" | {_f(infos[-1]['episode']['return'])} |"
+            f"| `{name}` | " + " | ".join(_f(x["reward"]) for x in infos) + f" | {_f(infos[-1]['summary']['return'])} |"
         )
     out.append("")
     out.append(

@@ -142,7 +142,7 @@ def test_browse_shows_snippets_and_open_reads_pages() -> None:
     *_, info = env.step("<open> 5 </open>")
     assert info["invalid_reason"] == Invalid.UNKNOWN_DOCUMENT and "Doc 1-3" in info["new_text"]
     obs, r, term, trunc, info = env.step("<answer> Karsk </answer>")
-    assert term and info["episode"]["opens"] == 2 and info["episode"]["opened_doc_ids"] == ["long", "long"]
+    assert term and info["summary"]["opens"] == 2 and info["summary"]["opened_doc_ids"] == ["long", "long"]
     assert episode_metrics(info)["opens"] == 2.0
     assert obs in env.observation_space
 
@@ -173,7 +173,7 @@ def test_arena_reward_pays_only_for_citations_of_shown_gold_documents(corpus_fil
 
     good = final(f"<relevance> {gold_number} </relevance><analysis> it says Karsk </analysis><answer> Karsk </answer>")
     assert good["reward_terms"] == {"format": 0.5, "outcome": 1.0, "relevance": 0.5, "bonus": 0.5}
-    assert good["cited_doc_ids"] == ["d3"] and good["episode"]["cited_doc_ids"] == ["d3"]
+    assert good["cited_doc_ids"] == ["d3"] and good["summary"]["cited_doc_ids"] == ["d3"]
     unshown = final("<relevance> 7 </relevance><analysis> it says Karsk </analysis><answer> Karsk </answer>")
     assert unshown["cited_doc_ids"] == [] and unshown["reward_terms"]["relevance"] == 0.0
     assert unshown["reward_terms"]["format"] == 0.5 and unshown["reward_terms"]["bonus"] == 0.0
@@ -181,7 +181,7 @@ def test_arena_reward_pays_only_for_citations_of_shown_gold_documents(corpus_fil
     assert no_analysis["reward_terms"]["format"] == 0.0 and no_analysis["reward_terms"]["relevance"] == 0.5
     plain = final("<answer> Karsk </answer>")
     assert plain["reward_terms"] == {"format": 0.0, "outcome": 1.0, "relevance": 0.0, "bonus": 0.0}
-    assert plain["episode"]["cited_doc_ids"] is None
+    assert plain["summary"]["cited_doc_ids"] is None
 
 
 def test_arena_weights_are_options() -> None:
@@ -295,6 +295,6 @@ def test_any_episode_stays_in_its_spaces_and_sums_its_terms(name: str, turns: li
         if info["action_type"] == "open":
             assert 1 <= info["opened"]["page"] <= info["opened"]["pages"]
         for doc_id in info.get("cited_doc_ids", []):
-            assert doc_id in info["episode"]["retrieved_doc_ids"]  # only documents shown can be cited
+            assert doc_id in info["summary"]["retrieved_doc_ids"]  # only documents shown can be cited
         if term or trunc:
             break

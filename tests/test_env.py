@@ -48,7 +48,7 @@ def test_full_episode_answer_scores_and_reports(make_env) -> None:
     assert r2 == 1.0 and info["em"] == 1.0 and info["f1"] == 1.0
     assert info["answer"] == "Karsk" and info["gold_answers"] == ["Karsk"]
     assert info["evidence_recall"] == 1.0
-    ep = info["episode"]
+    ep = info["summary"]
     assert ep["searches"] == 1 and ep["turns"] == 2 and ep["return"] == pytest.approx(r1 + r2)
     assert math.isclose(sum(info["reward_terms"].values()), r2)
 
@@ -74,7 +74,7 @@ def test_end_episode_reports_the_final_info_of_what_happened(make_env) -> None:
     assert info["truncated_by"] == "max_total_tokens" and info["example_id"] == "q1" and info["turn"] == 2
     assert info["answer"] is None and info["em"] == info["f1"] == info["contains"] == 0.0
     assert info["evidence_recall"] == 1.0  # the one gold passage was retrieved before the cut
-    ep = info["episode"]
+    ep = info["summary"]
     assert ep["turns"] == 2 and ep["searches"] == 1 and ep["invalid_turns"] == 1 and not ep["answered"]
     assert ep["return"] == pytest.approx(r1 + r2) and "d3" in ep["retrieved_doc_ids"]
     with pytest.raises(RuntimeError, match="reset"):
@@ -215,7 +215,7 @@ def test_any_retriever_failure_is_an_infra_error_observation(make_env, search, e
     assert r == 0.0 and not term and not trunc
     _, _, term, _, info = env.step("<answer>Karsk</answer>")
     assert term and info["em"] == 1.0 and info["infra_error_type"] is None
-    assert info["episode"]["infra_errors"] == 1
+    assert info["summary"]["infra_errors"] == 1
 
 
 def test_chat_messages_mirror_transcript(make_env) -> None:

@@ -456,8 +456,8 @@ def test_answer_tag_in_a_retrieved_doc_never_scores(make_env, name: str) -> None
     assert info["invalid_reason"] == Invalid.FAKE_INFORMATION
     _, _, term, trunc, info = env.step(S("copper mines"))
     assert trunc and not term and info["answer"] is None and info["em"] == 0.0
-    assert info["episode"]["reward_totals"].get("outcome", 0.0) == 0.0
-    assert info["episode"]["return"] <= 0.0
+    assert info["summary"]["reward_totals"].get("outcome", 0.0) == 0.0
+    assert info["summary"]["return"] <= 0.0
 
 
 @pytest.mark.parametrize(
@@ -473,7 +473,7 @@ def test_multi_candidate_and_long_answers_get_no_outcome_through_env(make_env, a
     env = make_env(reward={"outcome": {"weight": 1.0, "metric": metric}})
     rewards, infos = run(env, [A(answer)])
     assert rewards == [0.0]
-    assert infos[-1]["episode"]["answer_admissible"] is False
+    assert infos[-1]["summary"]["answer_admissible"] is False
     assert gold_in_prediction(answer, ["Essaly"]) == 1.0  # without the guard this would have paid
 
 
@@ -513,7 +513,7 @@ def test_episode_summary_needs_no_second_pass(make_env) -> None:
     env = make_env(reward={"outcome": 1.0, "cost": {"weight": 0.1, "repeat": 1.0}, "relevance": 0.5}, max_turns=6)
     turns = [S("Glass Orchard director"), S("glass orchard director"), "junk", S("Velora Quenn born"), A("The Essaly")]
     rewards, infos = run(env, turns)
-    ep = infos[-1]["episode"]
+    ep = infos[-1]["summary"]
     totals: dict[str, float] = {}
     for info in infos:
         for k, v in info["reward_terms"].items():

@@ -168,7 +168,7 @@ def test_records_are_token_exact(tiny: HFPolicy, make_env: Any) -> None:
             assert (fed, tuple(rec.generated_ids[t])) in spy.pairs[t]  # kept exactly as generated
         assert rec.turn_texts == [tiny.decode(ids) for ids in rec.generated_ids]
         assert rec.env_ids == [tiny.encode(info["new_text"]) for info in rec.step_infos]  # nothing cut
-        assert rec.info["em"] == 0.0 and "episode" in rec.info
+        assert rec.info["em"] == 0.0 and "summary" in rec.info
         assert rec.num_generated_tokens == sum(len(g) for g in rec.generated_ids)
 
 
@@ -263,7 +263,7 @@ def test_max_total_tokens_truncates_cleanly(tiny: HFPolicy, make_env: Any) -> No
         assert rec.stop_reason == "max_total_tokens" and rec.truncated and not rec.terminated
         assert len(rec.rewards) == len(rec.turn_spans)
         assert rec.info["answer"] is None and rec.info["em"] == 0.0
-        assert rec.info["episode"]["turns"] == len(rec.step_infos)
+        assert rec.info["summary"]["turns"] == len(rec.step_infos)
         _check_layout(rec, tiny)
     # a budget that fits every first turn but not the search results: the search still ran, its text is cut
     script = ScriptPolicy(tiny)
@@ -274,7 +274,7 @@ def test_max_total_tokens_truncates_cleanly(tiny: HFPolicy, make_env: Any) -> No
         assert len(rec.input_ids) <= budget and rec.stop_reason == "max_total_tokens"
         assert rec.step_infos[0]["action_type"] == "search" and len(rec.turn_spans) == 1
         assert 0 < len(rec.env_ids[0]) < len(tiny.encode(rec.step_infos[0]["new_text"]))
-        assert rec.info["episode"]["searches"] == 1 and rec.info["episode"]["retrieved_doc_ids"]
+        assert rec.info["summary"]["searches"] == 1 and rec.info["summary"]["retrieved_doc_ids"]
 
 
 def test_prompt_longer_than_budget_ends_without_turns(tiny: HFPolicy, make_env: Any) -> None:
@@ -374,7 +374,7 @@ def test_any_model_text_gives_consistent_records(
         _check_layout(rec, tiny)
         for t, ids in enumerate(rec.generated_ids):
             assert rec.logprobs[rec.turn_spans[t][0] : rec.turn_spans[t][1]] == [-0.5] * len(ids)
-        assert set(rec.info) >= {"em", "f1", "evidence_recall", "answer", "episode"}
+        assert set(rec.info) >= {"em", "f1", "evidence_recall", "answer", "summary"}
 
 
 class BrowsePolicy(ScriptPolicy):

@@ -115,7 +115,7 @@ def test_answer_extracted_gives_the_top_candidate_and_scores(macro_env) -> None:
     assert env.action_text(MacroAction.ANSWER_EXTRACTED) == "<answer> Karsk </answer>"
     _, reward, term, _, info = env.step(MacroAction.ANSWER_EXTRACTED)
     assert term and info["action_type"] == "answer" and info["answer"] == "Karsk"
-    assert info["em"] == 1.0 and reward == 1.0 and info["episode"]["return"] == pytest.approx(0.9)
+    assert info["em"] == 1.0 and reward == 1.0 and info["summary"]["return"] == pytest.approx(0.9)
 
 
 def test_answer_closed_book_without_retrieval(macro_env) -> None:

@@ -11,6 +11,7 @@ from typing import Any, SupportsFloat
 
 import gymnasium as gym
 
+from searchenv.info import SUMMARY_KEY, StepInfo
 from searchenv.make import check_evidence, resolve_retriever, resolve_task, shared_retriever
 from searchenv.metrics import episode_metrics, exact_match, f1_score, gold_in_prediction, normalize_answer
 from searchenv.protocols import Action, ActionProtocol, Answer, Invalid, Open, Search, get_protocol
@@ -110,6 +111,8 @@ class SearchQAEnv(gym.Env[str, str]):
 
     ## Episode end
     ``terminated`` when the agent answers; ``truncated`` when ``max_turns`` turns pass unanswered.
+    ``gymnasium.make(..., max_episode_steps=N)`` (Gymnasium's ``TimeLimit``) may truncate earlier:
+    every step's info holds the episode so far, so that step's info has the outcome and summary too.
     A caller with a budget of its own (tokens, time) ends an episode with :meth:`end_episode`,
     which returns the final info a last step would have carried.
 
@@ -125,9 +128,9 @@ class SearchQAEnv(gym.Env[str, str]):
     cites documents has ``cited_doc_ids`` (numbers never shown dropped). Any ``Exception`` from
     the retriever, or an answer that is not one list of hits per query, is an infrastructure
     failure (``infra_error``), never a crash of :meth:`step`.
-    At episode end also: ``answer`` (None if unanswered), ``gold_answers``, ``em``, ``f1``,
+    The episode so far, final when it ends: ``answer`` (None while unanswered), ``gold_answers``, ``em``, ``f1``,
     ``contains``, ``evidence_recall`` (None when the example has no gold evidence) and
-    ``episode`` (totals per term, return, searches, queries, duplicate queries, invalid turns,
+    ``summary`` (totals per term, return, searches, queries, duplicate queries, invalid turns,
     invalid turns by code (``invalid_reasons``), em, f1, contains, evidence recall, answered,
     answer_admissible: whether the answer passed the
     reward's guard against over-long and multi-candidate answers; ``opens``, ``opened_doc_ids``,
@@ -171,7 +174,9 @@ class SearchQAEnv(gym.Env[str, str]):
     v0: first release; ``refiner`` and the ``arena``, ``browse``, ``tools`` and ``tools-browse``
     protocols added later (the
     defaults are unchanged, so v0 behaviour is too; the episode summary gained ``opens``,
-    ``opened_doc_ids`` and ``cited_doc_ids``).
+    ``opened_doc_ids`` and ``cited_doc_ids``). The summary moved from ``info["episode"]`` to
+    ``info["summary"]``, which Gymnasium's ``RecordEpisodeStatistics`` and SB3's ``Monitor`` leave
+    free; ``info["episode"]`` still reads it, with a ``DeprecationWarning``, until the next release.
     """
 
     metadata: dict[str, Any] = {"render_modes": ["ansi", "human"], "render_fps": 4}
@@ -241,6 +246,10 @@ class SearchQAEnv(gym.Env[str, str]):
             prompt_bound + max_turns * (self.protocol.max_turn_chars + info_bound)
         )
 
+        #: A turn limit below ``max_turns`` set from outside (what ``gymnasium.make_vec(...,
+        #: max_episode_steps=N)`` passes to the vector environment); its truncating step has
+        #: ``truncated_by="max_episode_steps"``. None for none.
+        self.step_limit: int | None = None
         self._example: QAExample | None = None
         self._pending: StepRequest | None = None
         self._done = True
@@ -399,7 +408,7 @@ class SearchQAEnv(gym.Env[str, str]):
         step_ids, new_ids = self._record_retrieved(out.hits)
 
         terminated = isinstance(action, Answer)
-        truncated = not terminated and self._turn >= self.max_turns
+        truncated = not terminated and self._turn >= self.turn_limit
         ctx = StepContext(
             example=self._example,
             action=action,
@@ -533,7 +542,7 @@ class SearchQAEnv(gym.Env[str, str]):
     ) -> dict[str, Any]:
         """The step's ``info`` (see the class docstring), with the episode's totals when it ended."""
         action = request.action
-        info: dict[str, Any] = {
+        info: dict[str, Any] = StepInfo({
             "example_id": example_id,
             "new_text": new_text,
             "turn": self._turn,
@@ -546,7 +555,7 @@ class SearchQAEnv(gym.Env[str, str]):
             "reward_signals": dict(scored.signals),
             "infra_error": isinstance(hits, Exception),
             "infra_error_type": type(hits).__name__ if isinstance(hits, Exception) else None,
-        }
+        })
         if out.refined is not None:
             info["refined"] = out.refined
         if out.numbers is not None and self.protocol.episode_numbering:
@@ -555,8 +564,11 @@ class SearchQAEnv(gym.Env[str, str]):
             info["opened"] = out.opened
         if out.cited is not None:
             info["cited_doc_ids"] = list(out.cited)
-        if self._done:
-            info.update(self._final_info(action.text if isinstance(action, Answer) else None))
+        # Every step carries the episode so far, so a wrapper that ends the episode from outside
+        # (Gymnasium's TimeLimit) still hands over its outcome and summary.
+        info.update(self._final_info(action.text if isinstance(action, Answer) else None))
+        if self._done and not isinstance(action, Answer) and self._turn < self.max_turns:
+            info["truncated_by"] = "max_episode_steps"
         return info
 
     def step(self, action: str) -> tuple[str, SupportsFloat, bool, bool, dict[str, Any]]:
@@ -584,7 +596,7 @@ class SearchQAEnv(gym.Env[str, str]):
         Returns:
             The final info a truncating step would have carried: ``example_id``, ``turn``,
             ``answer`` (None), ``gold_answers``, ``em``/``f1``/``contains`` (0), ``evidence_recall``
-            of what was retrieved, the ``episode`` summary, and ``truncated_by``. Further steps
+            of what was retrieved, the ``summary``, and ``truncated_by``. Further steps
             raise until :meth:`reset`.
 
         Raises:
@@ -595,7 +607,8 @@ class SearchQAEnv(gym.Env[str, str]):
         if self._pending is not None:
             raise RuntimeError("a prepared step is pending; call finish_step() first")
         self._done = True
-        return {"example_id": self._example.id, "turn": self._turn, **self._final_info(None), "truncated_by": reason}
+        return StepInfo({"example_id": self._example.id, "turn": self._turn, **self._final_info(None),
+                         "truncated_by": reason})
 
     def _number(self, hit: Hit) -> int:
         """The episode-wide number of a retrieved document (a new one gets the next number)."""
@@ -627,7 +640,7 @@ class SearchQAEnv(gym.Env[str, str]):
             "f1": f1,
             "contains": contains,
             "evidence_recall": recall,
-            "episode": {
+            SUMMARY_KEY: {
                 "return": self._return,
                 "reward_totals": dict(self._totals),
                 "turns": self._turn,
@@ -651,6 +664,11 @@ class SearchQAEnv(gym.Env[str, str]):
         }
 
     # ---- views -----------------------------------------------------------------------------------
+    @property
+    def turn_limit(self) -> int:
+        """Turns before truncation: ``max_turns``, or a lower :attr:`step_limit`."""
+        return self.max_turns if self.step_limit is None else min(self.max_turns, self.step_limit)
+
     @property
     def example(self) -> QAExample:
         """The current episode's example."""

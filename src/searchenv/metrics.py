@@ -195,9 +195,9 @@ def episode_metrics(final_info: Mapping[str, Any]) -> dict[str, float]:
         code, 0 for most): every value a float.
 
     Raises:
-        KeyError: If ``final_info`` is not a final info (it has no ``episode``).
+        KeyError: If ``final_info`` is not a final info (it has no ``summary``).
     """
-    ep = final_info["episode"]
+    ep = final_info["summary"]
     out = {"em": float(ep["em"]), "f1": float(ep["f1"]), "contains": float(ep["contains"]),
            "searches": float(ep["searches"]), "queries": float(ep["queries"]),
            "duplicate_queries": float(ep["duplicate_queries"]), "turns": float(ep["turns"]),

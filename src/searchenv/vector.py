@@ -29,6 +29,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from searchenv.env import SearchQAEnv, StepRequest, search_or_error
+from searchenv.info import StepInfo
 from searchenv.retrievers.base import Hit, Retriever
 
 _K = TypeVar("_K")
@@ -69,6 +70,8 @@ class SearchQAVectorEnv(VectorEnv):
         num_envs: Number of sub-environments.
         envs: Use these environments instead of building them (``num_envs`` is then ignored).
         autoreset_mode: ``"next_step"``, ``"same_step"``, ``"disabled"`` or an ``AutoresetMode``.
+        max_episode_steps: End episodes after this many turns if fewer than ``max_turns`` (what
+            ``gymnasium.make_vec(..., max_episode_steps=N)`` passes), with the end-of-episode info.
         **env_kwargs: Arguments of :class:`~searchenv.env.SearchQAEnv` (``task``, ``retriever``, ...).
     """
 
@@ -78,6 +81,7 @@ class SearchQAVectorEnv(VectorEnv):
         *,
         envs: Sequence[SearchQAEnv] | None = None,
         autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
+        max_episode_steps: int | None = None,
         **env_kwargs: Any,
     ) -> None:
         if isinstance(autoreset_mode, str):
@@ -101,6 +105,11 @@ class SearchQAVectorEnv(VectorEnv):
                 raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
             base = SearchQAEnv(**env_kwargs)
             subs = [base] + [copy.copy(base) for _ in range(num_envs - 1)]
+        if max_episode_steps is not None:
+            if isinstance(max_episode_steps, bool) or not isinstance(max_episode_steps, int) or max_episode_steps < 1:
+                raise ValueError(f"max_episode_steps must be a positive integer, got {max_episode_steps!r}")
+            for env in subs:
+                env.step_limit = max_episode_steps
         self.envs: list[SearchQAEnv] = subs
         self.num_envs = len(subs)
         self.autoreset_mode = autoreset_mode
@@ -157,7 +166,7 @@ class SearchQAVectorEnv(VectorEnv):
                 raise ValueError(f"seed has {len(seeds)} entries for {n} sub-environments")
         else:
             raise TypeError(f"seed must be None, an int or one seed per sub-environment, got {seed!r}")
-        infos: dict[str, Any] = {}
+        infos: dict[str, Any] = StepInfo()
         for i in np.flatnonzero(mask):
             self._obs[i], info = self.envs[i].reset(seed=seeds[i], options=per_env[i])
             self._needs_reset[i] = False
@@ -201,7 +210,7 @@ class SearchQAVectorEnv(VectorEnv):
                 raise RuntimeError(f"sub-environment {i} ended; reset it with options={{'reset_mask': ...}}")
             requests[i] = self.envs[i].prepare_step(actions[i])
         hits = self._search(requests)
-        infos: dict[str, Any] = {}
+        infos: dict[str, Any] = StepInfo()
         for i, request in requests.items():
             env = self.envs[i]
             obs, reward, term, trunc, info = env.finish_step(request, hits.get(i))

@@ -170,7 +170,7 @@ def _run_batch(
             continue
         if final is None:  # pragma: no cover - every episode ends by answer or budget
             raise RuntimeError("episode did not finish")
-        ep = final["episode"]
+        ep = final["summary"]
         gen = sum(s["generated_tokens"] for s in step_logs[i])
         metrics = {
             "em": final["em"],

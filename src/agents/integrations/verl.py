@@ -281,7 +281,7 @@ class SearchQAAgentLoop(AgentLoopBase):
             logprobs += [0.0] * len(env_ids)
         n = self.response_length
         metrics = episode_metrics(final)
-        score = float(final["episode"]["return"])
+        score = float(final["summary"]["return"])
         mask = response_mask[:n]
         if metrics["infra_errors"] > 0:  # the retriever failed: nothing to learn from this episode
             mask, score, turn_scores = [0] * len(mask), 0.0, [0.0] * len(turn_scores)

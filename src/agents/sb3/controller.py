@@ -433,7 +433,7 @@ def train_controller(
                                 method=config.reduction, seed=config.seed, cache_dir=embedding_cache)
     first = config_env(config, embedder, config.train_split, **overrides)  # fits the reduction on train questions
     envs = [first] + [config_env(config, embedder, config.train_split, **overrides) for _ in range(config.n_envs - 1)]
-    # Monitor replaces the episode-end info["episode"] (searchenv's totals) with SB3's {"r", "l", "t"}.
+    # Monitor writes SB3's {"r", "l", "t"} into info["episode"]; searchenv's totals stay in info["summary"].
     vec = DummyVecEnv([(lambda e=e: Monitor(e)) for e in envs])  # type: ignore[misc]
     vec.seed(config.seed)
     with isolated_global_rng(config.seed), _torch_threads(config.torch_threads):
@@ -654,7 +654,7 @@ def evaluate_policy(
         ids.append(str(info["example_id"]))
         rewards.append(total)
         em.append(float(info["em"]))
-        searches.append(float(info["episode"]["searches"]))
+        searches.append(float(info["summary"]["searches"]))
         sequences.append(tuple(taken))
     return PolicyEval(name, ids, np.array(rewards), np.array(em), np.array(searches), counts,
                       time.perf_counter() - start, sequences)

@@ -161,7 +161,7 @@ def episode_from_record(rec: Any) -> Episode:
         group=int(rec.group),
         reward_terms=totals,
         em=float(info.get("em") or 0.0),
-        searches=int(info.get("episode", {}).get("searches", 0)),
+        searches=int(info.get("summary", {}).get("searches", 0)),
         answered=info.get("answer") is not None,
         infra_error=bool(rec.infra_error),
         response_tokens=int(sum(rec.loss_mask)),

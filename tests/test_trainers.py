@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -289,3 +290,36 @@ def test_dynamic_sampling_keeps_only_groups_with_signal(tmp_path: Path, qa_file:
     assert any(r["zero_variance_groups"] > 0 for r in read_metrics(plain.output_dir))  # without it they stay
     with pytest.raises(ValueError, match="max_sampling_rounds"):
         GRPOConfig(max_sampling_rounds=0)
+
+
+def test_ppo_drops_and_counts_episodes_the_retriever_failed_in(tmp_path: Path, qa_file: Path,
+                                                                corpus_file: Path) -> None:
+    from agents.trainers.ppo import PPOConfig, train_ppo
+
+    cfg = PPOConfig(
+        output_dir=str(tmp_path / "ppo"), task=str(qa_file), corpus=str(corpus_file), protocol="toy-always-search",
+        max_turns=1, max_new_tokens=4, batch_size=2, samples_per_question=2, micro_batch_size=8, steps=1,
+        save_every=0, progress=False, log_every=0,
+    )
+    policy = tiny_policy(seed=0)
+    before = _params(policy)
+    train_ppo(cfg, policy=policy, retriever=FailingRetriever())
+    (rec,) = read_metrics(cfg.output_dir)
+    assert rec["infra_errors"] == 4
+    for k, v in _params(policy).items():
+        torch.testing.assert_close(v, before[k], rtol=0, atol=0)
+
+
+def test_sft_never_learns_from_a_demonstration_the_retriever_failed_in(tmp_path: Path, qa_file: Path,
+                                                                       corpus_file: Path) -> None:
+    from agents.trainers.sft import load_demos, oracle_transcripts
+
+    cfg = _sft_cfg(tmp_path, qa_file, corpus_file, successful_only=False, num_demos=3)
+    records = oracle_transcripts(cfg, 3, FailingRetriever())
+    assert all(r["metrics"]["infra_errors"] for r in records)
+    demos = tmp_path / "demos.jsonl"
+    good = oracle_transcripts(cfg, 2, None)
+    demos.write_text("".join(json.dumps(r) + "\n" for r in good + records))
+    samples, stats = load_demos(_sft_cfg(tmp_path, qa_file, corpus_file, demos=str(demos), successful_only=False),
+                                tiny_policy(seed=0))
+    assert len(samples) == 2 and stats["demos_kept"] == 2.0 and stats["demos_infra_errors"] == 3.0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import math
+import numbers
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -144,7 +145,9 @@ class SearchQAEnv(gym.Env[str, str]):
     retriever: ``"bm25"``, ``"dense"`` (built on first use and cached on disk), a saved index
         folder, the URL of a retrieval server (``"http://127.0.0.1:8000"``: ``searchenv serve``
         or any server speaking Search-R1's ``/retrieve``; a :class:`RemoteRetriever` with the token
-        from ``$SEARCHENV_TOKEN`` if set), or any object with ``search_batch(queries, k)``.
+        from ``$SEARCHENV_TOKEN`` if set), your own class as ``"module:Class"`` or by its name in
+        the ``searchenv.retrievers`` entry points (``docs/retrievers.md``), or any object with
+        ``search_batch(queries, k)`` (an instance: a class is refused).
     protocol: ``"search-r1"``, ``"multi-query"`` (RAG-R1: several queries a turn), ``"arena"``
         (ARENA: documents numbered across the episode; the answer turn cites them in
         ``<relevance>`` and reasons in ``<analysis>``; pair it with ``reward="arena"``),
@@ -740,21 +743,18 @@ def search_or_error(retriever: Retriever, queries: Sequence[str], k: int) -> lis
     for per_query in hits:
         if not isinstance(per_query, Sequence) or not all(map(_is_hit, per_query)):
             return RetrieverError("retriever returned something other than a list of Hit objects per query")
-        if not all(_finite(hit.score) for hit in per_query):
-            return RetrieverError("retriever returned a score that is not a finite number (inf or NaN; "
-                                  "a damaged index?)")
+        for hit in per_query:
+            if isinstance(hit.score, bool) or not isinstance(hit.score, numbers.Real):
+                return RetrieverError(f"retriever returned a score that is not a number: {hit.score!r:.40} "
+                                      f"({type(hit.score).__name__}) for document {hit.doc_id!r:.80}")
+            if not math.isfinite(hit.score):
+                return RetrieverError(f"retriever returned a score that is not a finite number ({hit.score}) for "
+                                      f"document {hit.doc_id!r:.80} (a damaged index?)")
     return [list(per_query) for per_query in hits]
 
 
 def _is_hit(hit: object) -> bool:
     return isinstance(hit, Hit) and all(isinstance(v, str) for v in (hit.doc_id, hit.title, hit.text))
-
-
-def _finite(score: object) -> bool:
-    try:
-        return math.isfinite(score)  # type: ignore[arg-type]
-    except TypeError:  # not a number at all
-        return False
 
 
 def _bounded(text: str, limit: int) -> str:

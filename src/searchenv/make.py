@@ -94,12 +94,14 @@ def resolve_retriever(retriever: str | os.PathLike[str] | Retriever,
     """A retriever as ``SearchQAEnv(retriever=...)`` resolves it, shared per process.
 
     Args:
-        retriever: ``bm25``/``dense`` (with ``corpus``), an index folder, a server URL, or an object
-            with ``search_batch`` (returned as is).
+        retriever: ``bm25``/``dense`` (with ``corpus``), an index folder, a server URL,
+            ``module:ClassOrFactory`` or a ``searchenv.retrievers`` entry-point name
+            (:mod:`searchenv.retrievers.custom`), or an object with ``search_batch`` (returned as is).
         corpus: Corpus file (or a task name whose corpus to use) for a named index kind.
 
     Raises:
         ValueError: If ``retriever`` is none of those, or a named kind has no corpus.
+        TypeError: If ``retriever`` is a class, or an object without ``search_batch``.
         FileNotFoundError: If ``corpus`` does not exist.
     """
     return shared_retriever(retriever, _corpus_path(corpus) if corpus is not None else None)
@@ -114,11 +116,9 @@ def shared_retriever(retriever: str | os.PathLike[str] | Retriever, corpus_path:
     from searchenv.serving.client import is_server_url
 
     if not isinstance(retriever, str | os.PathLike):
-        if not callable(getattr(retriever, "search_batch", None)):
-            raise TypeError(
-                f"retriever must be a name, an index folder or have search_batch(), got {retriever!r}"
-            )
-        return retriever
+        from searchenv.retrievers.custom import check_retriever
+
+        return check_retriever(retriever, "retriever")
     if is_server_url(retriever):
         from searchenv.serving.client import remote_from_url
 
@@ -141,9 +141,16 @@ def shared_retriever(retriever: str | os.PathLike[str] | Retriever, corpus_path:
     if Path(retriever).is_dir():  # not an index: open_index says what is wrong
         return open_index(retriever, corpus=corpus_path)
     if not isinstance(retriever, str) or retriever not in index_kinds():
+        from searchenv.retrievers.custom import ENTRY_POINT_GROUP, is_custom_spec, load_retriever
+
+        if is_custom_spec(retriever):
+            key_custom = ("custom", str(retriever), str(corpus_path) if corpus_path else None)
+            if key_custom not in _SHARED:  # one instance per process, as for an index
+                _SHARED[key_custom] = load_retriever(str(retriever), corpus=corpus_path)
+            return _SHARED[key_custom]
         raise ValueError(
-            f"retriever {retriever!r} is neither a known kind "
-            f"({', '.join(index_kinds())}), an index folder, nor a server URL (http://HOST:PORT)"
+            f"retriever {retriever!r} is neither a known kind ({', '.join(index_kinds())}), an index folder, "
+            f"a server URL (http://HOST:PORT), module:Class, nor a name in the {ENTRY_POINT_GROUP!r} entry points"
         )
     if corpus_path is None:
         raise ValueError(f"retriever={retriever!r} needs a corpus: pass corpus=PATH (or a named task)")

@@ -29,9 +29,15 @@ def bench_command(
     qrels: Path | None = typer.Option(None, "--qrels", help="Qrels file (browsecomp-plus; default: its place "
                                       "under --data)."),
     sets: list[str] | None = typer.Option(None, "--set", help="Run only this set (repeatable)."),
-    retriever: str = typer.Option("bm25", "--retriever", "-r", help="Index kind built from the corpus: bm25 or dense."),
-    index: Path | None = typer.Option(None, "--index", help="Use this index folder of the corpus instead of the "
-                                      "cached one (searchenv index)."),
+    retriever: str = typer.Option("bm25", "--retriever", "-r", help="Index kind built from the corpus (bm25, dense), "
+                                  "a retrieval server URL, module:Class or an entry-point name."),
+    index: str | None = typer.Option(None, "--index", help="Use this index folder of the corpus (searchenv index) or "
+                                     "this retrieval server URL instead of the cached index."),
+    retriever_option: list[str] = typer.Option([], "--retriever-option", help="key=value for a retriever given as "
+                                               "module:Class or by entry-point name (repeatable)."),
+    score_infra_errors: bool = typer.Option(False, "--score-infra-errors", help="Score episodes in which the "
+                                            "retriever failed, and exit 0 (default: count them, leave them out of "
+                                            "the scores, exit 4)."),
     index_root: Path | None = typer.Option(None, "--index-root", help="Keep built indexes here (default: the "
                                            "searchenv cache)."),
     n: int | None = typer.Option(None, "--n", min=1, help="Questions per set (the first n; default all)."),
@@ -59,7 +65,11 @@ def bench_command(
                                      "chooses among besides the gold one."),
     judge_concurrency: int = typer.Option(8, "--judge-concurrency", min=1, help="Requests in flight to --judge-url."),
 ) -> None:
-    """Run a benchmark suite with one agent and settings; write one metric card (JSON + Markdown)."""
+    """Run a benchmark suite with one agent and settings; write one metric card (JSON + Markdown).
+
+    Exit status: 0 done; 2 bad settings or a failed set-up (a retriever that failed on every search
+    included); 3 some episodes failed (the model server); 4 the retriever failed in some episodes.
+    """
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -69,15 +79,22 @@ def bench_command(
     from searchenv.corpus import CorpusFormatError
     from searchenv.retrievers import index_kinds
     from searchenv.retrievers.base import RetrieverError
+    from searchenv.retrievers.custom import is_custom_spec, parse_options
+    from searchenv.serving.client import is_server_url
 
     err = Console(stderr=True)
     if suite not in SUITES:
         raise typer.BadParameter(f"unknown suite {suite!r}; known: {', '.join(SUITES)}", param_hint="SUITE")
     if agent not in AGENT_NAMES:
         raise typer.BadParameter(f"unknown agent {agent!r}; known: {', '.join(AGENT_NAMES)}", param_hint="--agent")
-    if index is None and retriever not in index_kinds():
-        raise typer.BadParameter(f"must be one of {', '.join(index_kinds())} (or give --index FOLDER)",
-                                 param_hint="--retriever")
+    if index is None and retriever not in index_kinds() and not is_server_url(retriever) \
+            and not is_custom_spec(retriever):
+        raise typer.BadParameter(f"must be one of {', '.join(index_kinds())}, a server URL, module:Class or an "
+                                 "entry-point name (or give --index FOLDER)", param_hint="--retriever")
+    try:
+        options = parse_options(retriever_option)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--retriever-option") from None
     check_model_flags(model, model_url, served_model, api)
     if judge_url is None and judge_model is not None:
         raise typer.BadParameter("--judge-model applies to --judge-url", param_hint="--judge-model")
@@ -119,7 +136,9 @@ def bench_command(
         try:
             with data_warnings_to_stderr():
                 card = run_bench(suite, data, out, agent, corpus=corpus, qrels=qrels, sets=sets or None,
-                                 retriever=retriever, index=index, index_root=index_root, n=n, policy=policy,
+                                 retriever=retriever, index=index, index_root=index_root,
+                                 retriever_options=options or None,
+                                 infra_errors="score" if score_infra_errors else "exclude", n=n, policy=policy,
                                  protocol=protocol, top_k=top_k, max_turns=max_turns, batch_size=batch_size,
                                  seed=seed, max_new_tokens=max_new_tokens, temperature=temperature,
                                  max_doc_chars=max_doc_chars, model=model_label, judge=judge,
@@ -139,6 +158,17 @@ def bench_command(
         err.print(f"error: {failed} episodes failed (not scored); rerun the same command to run only those.",
                   markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(code=3)
+    infra = card["average"].get("infra_errors", 0)
+    if infra:
+        where = ", ".join(f"{name} {row['infra_errors']}" for name, row in card["sets"].items()
+                          if row.get("infra_errors"))
+        what = ("scored as they ran (--score-infra-errors)" if score_infra_errors
+                else "left out of the scores; --score-infra-errors scores them")
+        err.print(f"{'warning' if score_infra_errors else 'error'}: the retriever "
+                  f"({card['settings'].get('index')}) failed in {infra} episodes ({where}), {what}; their transcripts "
+                  "mark each failed step with infra_error.", markup=False, highlight=False, soft_wrap=True)
+        if not score_infra_errors:
+            raise typer.Exit(code=4)
 
 
 def compare_cards_command(

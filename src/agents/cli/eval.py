@@ -62,6 +62,47 @@ def build_policy(model: str | None, model_url: str | None, served_model: str | N
         raise typer.Exit(code=2) from None
 
 
+def custom_retrievers(specs: list[str], options: list[str], task: str, split: str,
+                      corpus: Path | None) -> list[Any]:
+    """``--retriever`` values, with ``module:Class`` and entry-point names built once with ``--retriever-option``.
+
+    A custom retriever comes back as ``(spec, instance)``; the others as given.
+
+    Raises:
+        typer.BadParameter: For options without a custom retriever, or one that cannot be built.
+    """
+    from searchenv.retrievers.custom import is_custom_spec, load_retriever, parse_options
+
+    custom = [r for r in specs if is_custom_spec(r)]
+    try:
+        opts = parse_options(options)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--retriever-option") from None
+    if opts and not custom:
+        raise typer.BadParameter("applies to a retriever given as module:Class or by entry-point name",
+                                 param_hint="--retriever-option")
+    if not custom:
+        return list(specs)
+    corpus_path = corpus
+    if corpus_path is None and not Path(task).is_file():
+        from searchenv.tasks.registry import load_task
+
+        try:
+            corpus_path = load_task(task).corpus_path
+        except (ValueError, KeyError, FileNotFoundError):
+            corpus_path = None
+    out: list[Any] = []
+    for spec in specs:
+        if not is_custom_spec(spec):
+            out.append(spec)
+            continue
+        try:
+            out.append((spec, load_retriever(spec, opts, corpus=corpus_path)))
+        except (ValueError, TypeError) as exc:
+            raise typer.BadParameter(str(exc), param_hint="--retriever") from None
+    return out
+
+
 def eval_command(
     agent: list[str] = typer.Option(
         ..., "--agent", "-a", help=f"Agent to evaluate (repeatable): {', '.join(AGENT_NAMES)}."
@@ -69,7 +110,8 @@ def eval_command(
     task: str = typer.Option("synthetic-mixed", "--task", "-t", help="Task name or QA JSONL file."),
     split: str | None = typer.Option(None, "--split", help="Split of a named task (default dev)."),
     retriever: list[str] = typer.Option(
-        ["bm25"], "--retriever", "-r", help="Retriever name or index folder (repeatable)."
+        ["bm25"], "--retriever", "-r",
+        help="Index kind (bm25, dense), index folder, server URL, module:Class or an entry-point name (repeatable)."
     ),
     n: int = typer.Option(100, "--n", min=1, help="Number of questions (the first n of the split)."),
     out: Path | None = typer.Option(
@@ -121,8 +163,21 @@ def eval_command(
         "auto", "--device",
         help="Where an in-process model runs: auto (CUDA when available), cpu, cuda, cuda:N, mps, xpu.",
     ),
+    retriever_option: list[str] = typer.Option(
+        [], "--retriever-option",
+        help="key=value for a retriever given as module:Class or by entry-point name (repeatable).",
+    ),
+    score_infra_errors: bool = typer.Option(
+        False, "--score-infra-errors",
+        help="Score episodes in which the retriever failed, and exit 0 (default: count them, leave them "
+        "out of the scores, exit 4).",
+    ),
 ) -> None:
-    """Run agents over the first N questions of a task split and print a comparison table."""
+    """Run agents over the first N questions of a task split and print a comparison table.
+
+    Exit status: 0 done; 2 bad settings or a failed set-up (a retriever that failed on every search
+    included); 3 some episodes failed (the model server); 4 the retriever failed in some episodes.
+    """
     from rich.console import Console
 
     from agents.evaluation.evaluate import EvalResult, compare, rich_table, run_stem, write_results
@@ -171,6 +226,8 @@ def eval_command(
                      + (f", {inexact:g} prompts the server re-tokenized differently" if inexact else "") + "]")
         scores = f"EM {r.row['em']:.3f}  F1 {r.row['f1']:.3f}" if r.row["n"] else "no episode finished"
         failed = f", {r.row['failed']} failed" if r.row.get("failed") else ""
+        if r.row.get("infra_errors"):
+            failed += f", {r.row['infra_errors']} with retriever failures"
         err.print(f"  {r.agent:>9} / {r.retriever:<6} {scores}  ({r.seconds:.1f} s{failed}){usage}",
                   markup=False, highlight=False, soft_wrap=True)
         shares = r.row.get("invalid_share") or {}
@@ -181,6 +238,7 @@ def eval_command(
     def say(line: str) -> None:  # progress per finished batch of an LLM agent's episodes
         err.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
 
+    retrievers = custom_retrievers(retriever, retriever_option, task, split or "dev", corpus)
     llm = LLM_AGENTS | {"searcher"}
     checkpoints = out / "checkpoints" if out is not None else None
     run_key = {"model": model, "model_url": model_url is not None, "served_model": served_model, "api": api}
@@ -189,7 +247,7 @@ def eval_command(
         with data_warnings_to_stderr():
             results = compare(
                 agent,
-                retriever,
+                retrievers,
                 on_result=progress,
                 checkpoint_dir=checkpoints,
                 checkpoint_settings=run_key,
@@ -209,6 +267,7 @@ def eval_command(
                 max_new_tokens=max_new_tokens,
                 env_kwargs={k: v for k, v in (("refiner", refiner), ("max_doc_chars", max_doc_chars)) if v} or None,
                 device=device,
+                infra_errors="score" if score_infra_errors else "exclude",
             )
     except (ValueError, FileNotFoundError, RetrieverError, ModelServerError) as exc:
         hint = ""
@@ -246,6 +305,17 @@ def eval_command(
                   f"{first['example_id']}: {first['error']}). {where}{hint}.",
                   markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(code=3)
+    infra = [r for r in results if r.row.get("infra_errors")]
+    if infra:
+        listed = "; ".join(f"{r.agent} / {r.retriever}: {r.row['infra_errors']} of "
+                           f"{len(r.episodes)} episodes (first {r.row['infra_error_ids'][0]})" for r in infra)
+        what = ("scored as they ran (--score-infra-errors)" if score_infra_errors
+                else "left out of the scores; --score-infra-errors scores them")
+        err.print(f"{'warning' if score_infra_errors else 'error'}: the retriever failed in some episodes, "
+                  f"{what}: {listed}. Their transcripts mark each failed step with infra_error.",
+                  markup=False, highlight=False, soft_wrap=True)
+        if not score_infra_errors:
+            raise typer.Exit(code=4)
 
 
 def register(app: typer.Typer) -> None:

@@ -297,7 +297,8 @@ def set_metrics(episodes: Sequence[Any], failed: int, judgements: Sequence[Any] 
 
 def average_row(rows: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """The mean of the set rows (each set weighs the same, as the papers' "Avg." column); counts are summed."""
-    out: dict[str, Any] = {"n": sum(r["n"] for r in rows.values()), "failed": sum(r["failed"] for r in rows.values())}
+    out: dict[str, Any] = {"n": sum(r["n"] for r in rows.values()), "failed": sum(r["failed"] for r in rows.values()),
+                           "infra_errors": sum(r.get("infra_errors", 0) for r in rows.values())}
     for key, _, _ in METRICS:
         values = [r[key] for r in rows.values() if r.get(key) is not None]
         out[key] = _mean(values) if len(values) == len(rows) else None
@@ -394,6 +395,49 @@ def prepare_index(corpus: Path, retriever: str, *, index: str | os.PathLike[str]
     return folder, read_meta(folder)
 
 
+def bench_retriever(corpus: Path, retriever: Any, *, index: str | os.PathLike[str] | None = None,
+                    index_root: str | os.PathLike[str] | None = None, options: Mapping[str, Any] | None = None,
+                    log: Callable[[str], None] | None = None) -> tuple[Any, str | None, dict[str, Any]]:
+    """The retriever a bench runs with, its label, and what the card says of it.
+
+    ``index`` or ``retriever`` as a server URL searches that server (the card takes its kind and
+    corpus fingerprint from ``/health``); ``retriever`` as ``module:Class`` or an entry-point name
+    builds that class with ``options`` (and ``corpus=`` if it takes one); an object with
+    ``search_batch`` is used as is; otherwise :func:`prepare_index`.
+
+    Returns:
+        What :func:`agents.evaluation.evaluate.evaluate` takes as ``retriever``, its label (None: the
+        default), and the metadata (``kind``, ``params``, ``fingerprint``, ``meta_sha256``, ``where``).
+
+    Raises:
+        RetrieverError: If the server does not answer, or the index is not one of this corpus.
+        ValueError: If a custom retriever cannot be built, or options are given without one.
+    """
+    from searchenv.retrievers.custom import check_retriever, is_custom_spec, load_retriever
+    from searchenv.serving.client import is_server_url, remote_from_url
+
+    url = next((str(x) for x in (index, retriever) if isinstance(x, str) and is_server_url(x)), None)
+    custom = isinstance(retriever, str) and url is None and index is None and is_custom_spec(retriever)
+    if options and not custom:
+        raise ValueError("retriever options apply to a retriever given as module:Class or by entry-point name")
+    if url is not None:
+        health = remote_from_url(url).health()
+        return url, url, {"kind": f"server ({health.get('kind')})", "params": {},
+                          "fingerprint": health.get("fingerprint"), "meta_sha256": None, "where": url}
+    if custom:
+        built = load_retriever(str(retriever), options, corpus=corpus)
+        return built, str(retriever), {"kind": str(retriever), "params": dict(options or {}),
+                                       "fingerprint": getattr(built, "fingerprint", None), "meta_sha256": None,
+                                       "where": str(retriever)}
+    if not isinstance(retriever, str):
+        obj = check_retriever(retriever, "retriever")
+        name = type(obj).__name__
+        return obj, None, {"kind": name, "params": {}, "fingerprint": getattr(obj, "fingerprint", None),
+                           "meta_sha256": None, "where": name}
+    folder, meta = prepare_index(corpus, retriever, index=index, index_root=index_root, log=log)
+    return str(folder), None, {**meta, "where": str(folder)}
+
+
 def run_bench(
     suite: str | Suite,
     data: str | os.PathLike[str],
@@ -403,9 +447,11 @@ def run_bench(
     corpus: str | os.PathLike[str] | None = None,
     qrels: str | os.PathLike[str] | None = None,
     sets: Sequence[str] | None = None,
-    retriever: str = "bm25",
+    retriever: Any = "bm25",
     index: str | os.PathLike[str] | None = None,
     index_root: str | os.PathLike[str] | None = None,
+    retriever_options: Mapping[str, Any] | None = None,
+    infra_errors: str = "exclude",
     n: int | None = None,
     policy: Any = None,
     protocol: str = "search-r1",
@@ -434,9 +480,13 @@ def run_bench(
         corpus: The corpus file (default: its place in ``data``).
         qrels: The qrels file (default: its place in ``data``).
         sets: Run only these sets.
-        retriever: Index kind (``bm25``, ``dense``) built when ``index`` is not given.
-        index: An index folder of the corpus to use (checked to be of this corpus).
+        retriever: Index kind (``bm25``, ``dense``) built when ``index`` is not given, a server URL,
+            ``module:Class`` or an entry-point name, or a retriever object (:func:`bench_retriever`).
+        index: An index folder of the corpus to use (checked to be of this corpus), or a server URL.
         index_root: Where built indexes are kept (default: the searchenv cache).
+        retriever_options: Keyword arguments of a retriever given as ``module:Class``.
+        infra_errors: ``"exclude"``: episodes in which the retriever failed are counted
+            (``infra_errors``), not scored; ``"score"``: scored too.
         n: Questions per set (the first n; all when None).
         policy: The model of LLM agents.
         protocol: Action protocol.
@@ -478,7 +528,8 @@ def run_bench(
     for bench_set, path in pairs:
         examples = read_set(bench_set, path, qrels_path)
         loaded.append((bench_set, path, examples[:n] if n is not None else examples))
-    folder, meta = prepare_index(corpus_path, retriever, index=index, index_root=index_root, log=log)
+    ret, ret_label, meta = bench_retriever(corpus_path, retriever, index=index, index_root=index_root,
+                                           options=retriever_options, log=log)
     if isinstance(agent, str):
         agent = make_agent(agent, policy=policy, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
                            device=device)
@@ -501,27 +552,33 @@ def run_bench(
             if on_progress is not None:
                 on_progress(sum(done_by_set.values()), total)
 
-        result = evaluate(agent, task=examples, retriever=str(folder), policy=policy, protocol=protocol,
+        result = evaluate(agent, task=examples, retriever=ret, retriever_label=ret_label, policy=policy,
+                          protocol=protocol, infra_errors=infra_errors,
                           top_k=top_k, max_turns=max_turns, batch_size=batch_size, seed=seed,
                           max_new_tokens=max_new_tokens, env_kwargs=env_kwargs,
                           checkpoint_dir=out_dir / "checkpoints" / bench_set.name,
                           checkpoint_settings={"suite": spec.name, "set": bench_set.name, "model": model,
                                                "temperature": temperature, **dict(checkpoint_settings or {})},
                           log=say, on_progress=progress, device=device)
+        scored = result.scored_episodes  # without the episodes the retriever failed in (unless scored)
         judgements = None
-        if judge is not None and result.episodes:
+        if judge is not None and scored:
             if log is not None:
-                log(f"judging {len(result.episodes)} answers of {bench_set.name}")
-            judgements = judge_set(judge, examples, result.episodes, out_dir / "judgements" / f"{bench_set.name}.jsonl")
-        rows[bench_set.name] = set_metrics(result.episodes, len(result.failures), judgements, count)
+                log(f"judging {len(scored)} answers of {bench_set.name}")
+            judgements = judge_set(judge, examples, scored, out_dir / "judgements" / f"{bench_set.name}.jsonl")
+        rows[bench_set.name] = set_metrics(scored, len(result.failures), judgements, count)
+        rows[bench_set.name]["infra_errors"] = result.row["infra_errors"]
+        if result.row["infra_errors"]:
+            rows[bench_set.name]["infra_error_ids"] = result.row["infra_error_ids"][:20]
         if result.failures:
             rows[bench_set.name]["failures"] = result.failures[:20]
         files[bench_set.name] = {"path": str(path), "split": bench_set.split, "questions": len(examples),
                                  "questions_sha256": _questions_hash(examples)}
-        verdicts = judgements or [None] * len(result.episodes)
+        verdict_of = {id(e): v for e, v in zip(scored, judgements or [None] * len(scored), strict=True)}
         transcripts.append((out_dir / "transcripts" / f"{bench_set.name}.jsonl",
-                            [json.dumps({**e.to_dict(), **({"judgement": v.to_dict()} if v is not None else {})},
-                                        ensure_ascii=False) for e, v in zip(result.episodes, verdicts, strict=True)]))
+                            [json.dumps({**e.to_dict(), **({"judgement": v.to_dict()} if (v := verdict_of.get(id(e)))
+                                                           is not None else {})}, ensure_ascii=False)
+                             for e in result.episodes]))
     settings = {
         "suite": spec.name,
         "sets": [b.name for b, _, _ in loaded],
@@ -530,7 +587,7 @@ def run_bench(
         "corpus": str(corpus_path),
         "index_kind": meta.get("kind"),
         "index_hash": meta.get("meta_sha256"),
-        "index": str(folder),
+        "index": meta.get("where"),
         "retriever": {"kind": meta.get("kind"), "params": meta.get("params", {})},
         "top_k": top_k,
         "max_turns": max_turns,
@@ -541,6 +598,7 @@ def run_bench(
         "sampling": {"temperature": temperature, "max_new_tokens": max_new_tokens, "seed": seed},
         "judge": judge.describe() if judge is not None else None,
         "code_version": code_version(),
+        "infra_errors": infra_errors,
     }
     card = {
         "searchenv_card": CARD_VERSION,

@@ -28,7 +28,12 @@ of the run that were invalid, by code (``{"bad_json": 0.12, "no_action": 0.03}``
 every turn parsed), :func:`searchenv.protocols.invalid_share`.
 
 Episodes whose model request failed after its retries are not scored: ``n`` counts the finished
-ones, ``failed`` the others (listed in ``failures`` with the reason). With ``checkpoint_dir``,
+ones, ``failed`` the others (listed in ``failures`` with the reason). Episodes in which the retriever
+failed (an infrastructure error: the server was down, the index damaged) are not scored either
+unless ``infra_errors="score"``: ``infra_errors`` counts them (a table column whenever it is not 0)
+and ``infra_error_ids`` lists them; their transcripts are kept. A retriever that failed on every
+search of the first batch stops the run with a :class:`~searchenv.retrievers.base.RetrieverError`
+naming it. With ``checkpoint_dir``,
 finished episodes are saved after every batch (:mod:`agents.evaluation.episode_log`), and a run with the
 same settings continues from them: it runs only the episodes not saved (failed ones included),
 at the positions, seeds and batches they had, so its results are those of an uninterrupted run.
@@ -73,6 +78,15 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+
+
+#: The column shown only when some row has infrastructure errors (:func:`columns_for`).
+INFRA_COLUMN: tuple[str, str, str] = ("infra_errors", "Infra errors", "{}")
+
+
+def columns_for(results: Sequence[EvalResult]) -> tuple[tuple[str, str, str], ...]:
+    """:data:`COLUMNS`, with the infrastructure-error count when some row has one."""
+    return COLUMNS + ((INFRA_COLUMN,) if any(r.row.get("infra_errors") for r in results) else ())
 
 
 def summarize(episodes: Sequence[EpisodeResult], seconds: float) -> dict[str, Any]:
@@ -144,6 +158,13 @@ class EvalResult:
     seconds: float
     config: dict[str, Any] = field(default_factory=dict)
     failures: list[dict[str, str]] = field(default_factory=list)
+
+    @property
+    def scored_episodes(self) -> list[EpisodeResult]:
+        """The episodes the row scores: those without retriever failures, unless they were scored too."""
+        if self.config.get("infra_errors") == "score":
+            return list(self.episodes)
+        return [e for e in self.episodes if not e.metrics.get("infra_errors")]
 
     def summary(self) -> dict[str, Any]:
         """JSON-ready row: names, settings and metrics, without the transcripts."""
@@ -217,6 +238,8 @@ def evaluate(
     log: Callable[[str], None] | None = None,
     device: str | None = None,
     on_progress: Callable[[int, int], None] | None = None,
+    infra_errors: str = "exclude",
+    retriever_label: str | None = None,
 ) -> EvalResult:
     """Run an agent on the first ``n`` questions of a task split and aggregate the scores.
 
@@ -246,17 +269,25 @@ def evaluate(
         device: Where an agent that loads its own model (``searcher``) puts it (None: auto).
         on_progress: Called with (episodes done, episodes in all) once the saved episodes are
             read and after every batch (saved episodes count as done), e.g. for a progress bar.
+        infra_errors: ``"exclude"``: episodes in which the retriever failed are counted, not
+            scored; ``"score"``: scored as they ran (and still counted).
+        retriever_label: The retriever's name in the row and the checkpoint's file name (default:
+            the name or folder given, or an instance's class name).
 
     Returns:
         The row and the transcripts.
 
     Raises:
-        ValueError: If the checkpoint holds episodes of a run with other settings.
+        ValueError: If the checkpoint holds episodes of a run with other settings, or
+            ``infra_errors`` is neither ``"exclude"`` nor ``"score"``.
+        RetrieverError: If the retriever failed on every search of the first batch.
     """
+    if infra_errors not in ("exclude", "score"):
+        raise ValueError(f"infra_errors must be 'exclude' or 'score', got {infra_errors!r}")
     examples, ret = load_split(task, split, retriever, corpus=corpus, n=n)
     if isinstance(agent, str):
         agent = make_agent(agent, policy=policy, max_new_tokens=max_new_tokens, seed=seed, device=device)
-    name, ret_label = agent.name, _label(retriever)
+    name, ret_label = agent.name, retriever_label or _label(retriever)
     task_label = _label(task) if isinstance(task, str | os.PathLike) else "examples"
     episode_log = None
     saved: dict[int, EpisodeResult] = {}
@@ -278,12 +309,17 @@ def evaluate(
     before = dict(served) if isinstance(served, Mapping) else None
     t0 = time.perf_counter()
     failed_so_far = 0
+    searches = {"ok": sum(_searches(r, ok=True) for r in saved.values()), "failed": 0}
 
     def save(items: list[tuple[int, EpisodeResult]]) -> None:
         nonlocal failed_so_far
         failed_so_far += sum(r.error is not None for _, r in items)
         if episode_log is not None:
             episode_log.append(items)
+        searches["ok"] += sum(_searches(r, ok=True) for _, r in items)
+        searches["failed"] += sum(_searches(r, ok=False) for _, r in items)
+        if searches["failed"] and not searches["ok"]:
+            raise _retriever_down(ret, ret_label, top_k, searches["failed"], len(items), items)
 
     if on_progress is not None:
         on_progress(len(saved), len(examples))
@@ -318,7 +354,9 @@ def evaluate(
     seconds = time.perf_counter() - t0
     by_position = {**saved, **dict(zip(todo, ran, strict=True))}
     everything = [by_position[i] for i in range(len(examples))]
-    episodes = [e for e in everything if e.error is None]
+    finished = [e for e in everything if e.error is None]
+    hit = [e.example_id for e in finished if e.metrics.get("infra_errors")]
+    episodes = finished if infra_errors == "score" else [e for e in finished if not e.metrics.get("infra_errors")]
     failures = [{"example_id": e.example_id, "error": str(e.error)} for e in everything if e.error is not None]
     config = {
         "protocol": protocol if isinstance(protocol, str) else protocol.name,
@@ -331,6 +369,7 @@ def evaluate(
         "n": len(examples),
         "max_doc_chars": int(dict(env_kwargs or {}).get("max_doc_chars", DEFAULT_MAX_DOC_CHARS)),
         "resumed": len(saved),
+        "infra_errors": infra_errors,
     }
     where = getattr(getattr(agent, "policy", None), "device", None)  # an in-process model's device
     if where is not None:
@@ -340,15 +379,37 @@ def evaluate(
         # requests, prompt/completion tokens as the server counted them, retries, request seconds
         config["model_usage"] = {k: round(after[k] - before.get(k, 0), 3) for k in after}
     is_file = isinstance(task, str | os.PathLike) and Path(task).is_file()  # a QA file is one split: "file"
-    row = summarize(episodes, seconds) if episodes else {"n": 0, **{k: None for k, _, _ in COLUMNS}, "return": None}
+    row: dict[str, Any] = (summarize(episodes, seconds) if episodes
+                           else {"n": 0, **{k: None for k, _, _ in COLUMNS}, "return": None})
     row["failed"] = len(failures)
+    row["infra_errors"] = len(hit)
+    row["infra_error_ids"] = hit
     shown_split = "file" if is_file else split
-    return EvalResult(name, ret_label, task_label, shown_split, row, episodes, seconds, config, failures)
+    return EvalResult(name, ret_label, task_label, shown_split, row, finished, seconds, config, failures)
+
+
+def _searches(record: EpisodeResult, *, ok: bool) -> int:
+    """Search steps of an episode that got hits (``ok``) or hit a retriever failure."""
+    return sum(1 for s in record.steps if s.get("action_type") == "search" and bool(s.get("infra_error")) != ok)
+
+
+def _retriever_down(ret: Retriever, label: str, top_k: int, failed: int, episodes: int,
+                    items: Sequence[tuple[int, EpisodeResult]]) -> Exception:
+    """The error that stops a run whose retriever failed on every search, with the retriever's own message."""
+    from searchenv.env import search_or_error
+    from searchenv.retrievers.base import RetrieverError
+
+    query = next((q for _, r in items for s in r.steps if s.get("infra_error") for q in s.get("queries", ())), "")
+    again = search_or_error(ret, [query or "test"], top_k)  # once more, for the retriever's own message
+    why = f": {type(again).__name__}: {again}" if isinstance(again, Exception) else ""
+    return RetrieverError(
+        f"retriever {label} failed on every search ({failed} searches in the first {episodes} episodes){why}; "
+        f"stopped before scoring anything. Is it running, and is the index whole?")
 
 
 def compare(
     agents: Sequence[Agent | str],
-    retrievers: Sequence[str | os.PathLike[str] | Retriever] = ("bm25",),
+    retrievers: Sequence[str | os.PathLike[str] | Retriever | tuple[str, Retriever]] = ("bm25",),
     *,
     on_result: Callable[[EvalResult], None] | None = None,
     log_agents: Collection[str] | None = None,
@@ -358,7 +419,7 @@ def compare(
 
     Args:
         agents: Agents or reference agent names.
-        retrievers: Retriever names, index folders or instances.
+        retrievers: Retriever names, index folders, instances or ``(label, instance)`` pairs.
         on_result: Called after each (agent, retriever) run, e.g. to print progress.
         log_agents: Names of the agents whose runs get ``log`` (all when None), e.g. the slow ones.
         **kwargs: Passed to :func:`evaluate`.
@@ -376,10 +437,11 @@ def compare(
     out = []
     log = kwargs.pop("log", None)
     for ret in retrievers:
+        label, obj = ret if isinstance(ret, tuple) else (None, ret)
         for agent in agents:
             name = agent if isinstance(agent, str) else agent.name
             shown = log if log_agents is None or name in log_agents else None
-            result = evaluate(agent, retriever=ret, log=shown, **kwargs)
+            result = evaluate(agent, retriever=obj, retriever_label=label, log=shown, **kwargs)
             out.append(result)
             if on_result is not None:
                 on_result(result)
@@ -396,10 +458,12 @@ def format_cell(key: str, value: Any, columns: Sequence[tuple[str, str, str]] = 
 
 def markdown_table(results: Sequence[EvalResult]) -> str:
     """The comparison as a Markdown table (one row per result)."""
-    head = ["Agent", "Retriever", "n"] + [title for _, title, _ in COLUMNS]
+    columns = columns_for(results)
+    head = ["Agent", "Retriever", "n"] + [title for _, title, _ in columns]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     for r in results:
-        cells = [r.agent, r.retriever, str(r.row["n"])] + [format_cell(k, r.row.get(k)) for k, _, _ in COLUMNS]
+        cells = [r.agent, r.retriever, str(r.row["n"])] + [format_cell(k, r.row.get(k), columns)
+                                                           for k, _, _ in columns]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -411,10 +475,12 @@ def rich_table(results: Sequence[EvalResult], title: str | None = None) -> Any:
     table = Table(title=title)
     for name in ("Agent", "Retriever", "n"):
         table.add_column(name)
-    for _, col, _ in COLUMNS:
+    columns = columns_for(results)
+    for _, col, _ in columns:
         table.add_column(col, justify="right")
     for r in results:
-        table.add_row(r.agent, r.retriever, str(r.row["n"]), *[format_cell(k, r.row.get(k)) for k, _, _ in COLUMNS])
+        table.add_row(r.agent, r.retriever, str(r.row["n"]),
+                      *[format_cell(k, r.row.get(k), columns) for k, _, _ in columns])
     return table
 
 

@@ -178,6 +178,7 @@ def oracle_transcripts(cfg: TrainConfig, num: int, retriever: Any = None) -> lis
 def load_demos(cfg: SFTConfig, policy: Any, retriever: Any = None) -> tuple[list[Sample], dict[str, float]]:
     """Build the demonstration samples and report how many were kept.
 
+    Demonstrations in which the retriever failed are dropped and counted (``demos_infra_errors``).
     Fewer than half kept (``successful_only`` drops the demonstrations whose answer missed) is
     warned about (:class:`~searchenv.corpus.DataWarning`): the run would learn a narrow slice of
     the task, which ``demos_kept`` in the metrics alone does not make plain.
@@ -186,10 +187,13 @@ def load_demos(cfg: SFTConfig, policy: Any, retriever: Any = None) -> tuple[list
         records = oracle_transcripts(cfg, cfg.num_demos, retriever)
     else:
         records = [record for _where, record in iter_jsonl(cfg.demos)]
+    # A demonstration in which the retriever failed shows the model an outage, not the task: never kept.
+    infra = sum(1 for r in records if (r.get("metrics") or {}).get("infra_errors"))
     kept = [
         r
         for r in records
-        if not cfg.successful_only or float(r.get("metrics", {}).get("em", r.get("em", 1.0)) or 0.0) >= 1.0
+        if not (r.get("metrics") or {}).get("infra_errors")
+        and (not cfg.successful_only or float(r.get("metrics", {}).get("em", r.get("em", 1.0)) or 0.0) >= 1.0)
     ]
     if not kept:
         raise ValueError(f"no demonstrations left out of {len(records)} (successful_only={cfg.successful_only})")
@@ -204,7 +208,8 @@ def load_demos(cfg: SFTConfig, policy: Any, retriever: Any = None) -> tuple[list
             stacklevel=2,
         )
     samples = [messages_to_sample(policy, r["messages"]) for r in kept]
-    return samples, {"demos_total": float(len(records)), "demos_kept": float(len(kept))}
+    return samples, {"demos_total": float(len(records)), "demos_kept": float(len(kept)),
+                     "demos_infra_errors": float(infra)}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -12,16 +12,12 @@ import typer
 
 def parse_options(pairs: list[str], flag: str = "--option") -> dict[str, Any]:
     """``KEY=VALUE`` pairs into a dict, each value read as JSON when it is JSON (``3``, ``true``)."""
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        if not sep or not key:
-            raise typer.BadParameter(f"expected KEY=VALUE, got {pair!r}", param_hint=flag)
-        try:
-            out[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            out[key] = raw
-    return out
+    from searchenv.retrievers.custom import parse_options as parse
+
+    try:
+        return parse(pairs, flag=flag)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint=flag) from None
 
 
 def index(

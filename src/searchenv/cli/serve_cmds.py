@@ -91,6 +91,15 @@ def serve(
         typer.Option(help="Search option KEY=VALUE for the index (dense: nprobe, ef_search, rerank; bm25: "
                           "backend=numba); repeatable."),
     ] = None,
+    retriever: Annotated[
+        str | None,
+        typer.Option("--retriever", help="Serve your own retriever instead of an index: module:Class or an "
+                                         "entry-point name of the searchenv.retrievers group."),
+    ] = None,
+    retriever_option: Annotated[
+        list[str] | None,
+        typer.Option(help="KEY=VALUE for --retriever's class or factory (repeatable)."),
+    ] = None,
     host: Annotated[str, typer.Option(help="Interface to bind; 0.0.0.0 exposes the server to the network.")] = (
         "127.0.0.1"
     ),
@@ -141,7 +150,7 @@ def serve(
         "sends them so). Bodies declared application/msgpack are always read."
     )] = False,
 ) -> None:
-    """Serve one or more indexes over HTTP (Search-R1 and single-query dialects)."""
+    """Serve one or more indexes, or your own retriever, over HTTP (Search-R1 and single-query dialects)."""
     import uvicorn
 
     from searchenv.cli.index_cmds import parse_options
@@ -154,19 +163,30 @@ def serve(
         uvicorn_config,
     )
 
-    served = [str(p) for p in index or []] or list(shard_url or [])
+    served = [str(p) for p in index or []] or list(shard_url or []) or ([retriever] if retriever else [])
+    options = parse_options(retriever_option or [], "--retriever-option")
     try:
         token = _read_token(ctx, token, token_file)
-        retriever = _open_retriever(list(index or []), mmap, weight, parse_options(search_option or [],
-                                    "--search-option"), list(shard_url or []))
-        retriever.search_batch(["warm up"], 1)  # loads a dense encoder now, not on the first request
-    except (RetrieverError, ValueError) as exc:
+        if retriever is not None:
+            if index or shard_url:
+                raise ValueError("give --retriever, or --index folders, or --shard-url servers: one of them")
+            from searchenv.retrievers.custom import load_retriever
+
+            opened: Any = load_retriever(retriever, options)
+        elif options:
+            raise ValueError("--retriever-option applies to --retriever")
+        else:
+            opened = _open_retriever(list(index or []), mmap, weight, parse_options(search_option or [],
+                                     "--search-option"), list(shard_url or []))
+        opened.search_batch(["warm up"], 1)  # loads a dense encoder now, not on the first request
+    except (RetrieverError, ValueError, TypeError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+    retriever_obj = opened
     if cache_size:
         from searchenv.retrievers.cache import CachedRetriever
 
-        retriever = CachedRetriever(retriever, maxsize=cache_size)
+        retriever_obj = CachedRetriever(retriever_obj, maxsize=cache_size)
     if not _is_loopback(host):
         typer.echo(
             f"warning: binding {host} makes the index reachable from other machines"
@@ -176,7 +196,7 @@ def serve(
     try:
         limits = ServerLimits(max_queries, max_topk, max_query_chars, max_body_bytes)
         app = create_app(
-            retriever,
+            retriever_obj,
             token=token or None,
             limits=limits,
             default_topk=topk,
@@ -204,7 +224,8 @@ def eval_retrieval(
             "--index",
             "--retriever",
             "-r",
-            help="Index folder(s) or server URL(s) to compare: --index A B ... (or repeated, as in eval).",
+            help="Index folder(s), server URL(s), module:Class or entry-point name(s) to compare: --index A B ... "
+                 "(or repeated, as in eval).",
         ),
     ],
     qa: Annotated[Path, typer.Option(help="FlashRAG QA JSONL with metadata.evidence_ids.")],
@@ -219,6 +240,10 @@ def eval_retrieval(
         typer.Option(help="Also evaluate each index through this refiner (sentences, sentences-embedding): "
                           "answer-in-docs and characters read of what an agent would see."),
     ] = None,
+    retriever_option: Annotated[
+        list[str] | None,
+        typer.Option(help="KEY=VALUE for a retriever given as module:Class or by entry-point name (repeatable)."),
+    ] = None,
 ) -> None:
     """Recall@k of gold evidence and answer-in-document rate, per index.
 
@@ -228,8 +253,10 @@ def eval_retrieval(
     from rich.console import Console
     from rich.table import Table
 
+    from searchenv.cli.index_cmds import parse_options
     from searchenv.corpus import CorpusFormatError
     from searchenv.retrievers import RetrieverError, open_index
+    from searchenv.retrievers.custom import is_custom_spec, load_retriever
     from searchenv.retrievers.quality import evaluate_retrieval, evidence_warning
     from searchenv.serving.client import is_server_url, remote_from_url
     from searchenv.tasks.qa_files import read_qa_jsonl
@@ -256,10 +283,20 @@ def eval_retrieval(
         raise typer.Exit(2) from None
     if limit is not None:
         examples = examples[:limit]
+    options = parse_options(retriever_option or [], "--retriever-option")
+    if options and not any(is_custom_spec(x) for x in indexes):
+        raise typer.BadParameter("applies to a retriever given as module:Class or by entry-point name",
+                                 param_hint="--retriever-option")
     results = []
     for folder in indexes:
         try:
-            retriever: Any = remote_from_url(folder) if is_server_url(folder) else open_index(folder, mmap=mmap)
+            retriever: Any
+            if is_server_url(folder):
+                retriever = remote_from_url(folder)
+            elif is_custom_spec(folder):
+                retriever = load_retriever(folder, options)
+            else:
+                retriever = open_index(folder, mmap=mmap)
             warning = evidence_warning(retriever, examples, index=str(folder), questions=str(qa))
             if warning is not None:
                 typer.echo(f"warning: {warning}", err=True)
@@ -267,7 +304,7 @@ def eval_retrieval(
             if refiner:
                 results.append(evaluate_retrieval(retriever, examples, ks, name=f"{folder} + {refiner}",
                                                   refiner=refiner))
-        except RetrieverError as exc:
+        except (RetrieverError, ValueError, TypeError) as exc:
             typer.echo(f"error: {folder}: {exc}", err=True)
             raise typer.Exit(2) from None
     table = Table(title=f"retrieval quality on {qa} ({len(examples)} questions)")

@@ -36,7 +36,6 @@ at the positions, seeds and batches they had, so its results are those of an uni
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -262,15 +261,15 @@ def evaluate(
     saved: dict[int, EpisodeResult] = {}
     if checkpoint_dir is not None:
         from agents.evaluation.episode_log import EpisodeLog
+        from agents.evaluation.resume import check_saved, run_settings
 
-        questions = hashlib.sha256(json.dumps([[e.id, e.question] for e in examples]).encode()).hexdigest()[:16]
-        settings = {"agent": name, "retriever": ret_label, "task": task_label, "split": split, "n": len(examples),
-                    "questions": questions, "protocol": protocol if isinstance(protocol, str) else protocol.name,
-                    "top_k": top_k, "max_turns": max_turns, "reward": reward, "batch_size": batch_size,
-                    "seed": seed, "max_new_tokens": max_new_tokens, "env_kwargs": dict(env_kwargs or {}),
-                    **dict(checkpoint_settings or {})}
+        settings = run_settings(
+            agent=agent, retriever=ret, retriever_label=ret_label, task_label=task_label, split=split,
+            examples=examples, corpus=corpus, protocol=protocol if isinstance(protocol, str) else protocol.name,
+            top_k=top_k, max_turns=max_turns, reward=reward, batch_size=batch_size, seed=seed,
+            max_new_tokens=max_new_tokens, env_kwargs=env_kwargs, extra=checkpoint_settings)
         episode_log = EpisodeLog(Path(checkpoint_dir) / f"{run_stem(name, ret_label)}.jsonl", settings)
-        saved = {p: r for p, r in episode_log.load().items() if p < len(examples)}
+        saved = check_saved(episode_log.load(), examples, episode_log.path, episode_log.lines)
         if saved and log is not None:
             log(f"resuming {name} / {ret_label} from {len(saved)} saved episodes ({episode_log.path})")
     todo = [i for i in range(len(examples)) if i not in saved]

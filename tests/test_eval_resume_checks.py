@@ -12,12 +12,16 @@ and their terms. A refusal leaves the saved file as it was.
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
+from agents.baselines import EpisodeResult
 from agents.evaluation.evaluate import evaluate
 from searchenv.corpus import Document, write_corpus
 from searchenv.tasks import QAExample, write_qa_jsonl
@@ -25,6 +29,17 @@ from searchenv.tasks import QAExample, write_qa_jsonl
 PLACES = ["Ostrava", "Brno", "Plzen", "Liberec"]
 DOCS = [Document(f"d{i}", f"Painter {i}", f"Painter {i} was born in {p}.") for i, p in enumerate(PLACES)]
 QUESTIONS = [QAExample(f"q{i}", f"Where was Painter {i} born?", (p,), (f"d{i}",)) for i, p in enumerate(PLACES)]
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory) -> dict[int, dict[str, Any]]:
+    """The four oracle episodes as an episode log saves them."""
+    folder = tmp_path_factory.mktemp("saved")
+    qa, corpus = folder / "qa.jsonl", folder / "corpus.jsonl"
+    write_qa_jsonl(qa, QUESTIONS)
+    write_corpus(corpus, DOCS)
+    res = evaluate("oracle", task=str(qa), corpus=str(corpus), retriever="bm25", top_k=1, batch_size=2)
+    return {p: e.to_dict() for p, e in enumerate(res.episodes)}
 
 
 @pytest.fixture()
@@ -140,3 +155,59 @@ def test_the_served_model_and_its_url_are_settings_of_the_run() -> None:
     assert served_model_settings(Agent()) == {"served_model_name": "model-a", "model_server": "http://127.0.0.1:9/v1"}
     assert served_model_settings(object()) == {}
     assert public_url("https://u:p@host:8000/v1/?token=t#x") == "https://host:8000/v1/"
+
+
+def test_resume_refuses_a_position_saved_twice(run: dict[str, Path]) -> None:
+    lines = run["log"].read_text(encoding="utf-8").splitlines()
+    with run["log"].open("a", encoding="utf-8") as f:
+        f.write(lines[2] + "\n")  # position 1 again, on line 6
+    with pytest.raises(ValueError, match=r"line 6, field 'position': 1 was saved before, on line 3"):
+        _again(run)
+
+
+RECOMPUTED = ("em", "f1", "contains", "evidence_recall", "return", "turns", "searches", "queries",
+              "invalid_turns", "opens", "infra_errors", "generated_tokens")
+
+
+@settings(max_examples=60, deadline=None)
+@given(position=st.integers(0, 3), key=st.sampled_from(RECOMPUTED),
+       value=st.one_of(st.floats(allow_nan=False, allow_infinity=False), st.integers(-5, 50)))
+def test_any_edited_score_is_refused_naming_its_line_and_field(
+    saved: dict[int, dict[str, Any]], position: int, key: str, value: float
+) -> None:
+    from agents.evaluation.resume import check_saved
+
+    episodes = {p: EpisodeResult.from_dict(e) for p, e in saved.items()}
+    edited = EpisodeResult.from_dict(json.loads(json.dumps(saved[position])))
+    assume(not math.isclose(float(edited.metrics[key] or 0), float(value), rel_tol=1e-9, abs_tol=1e-9))
+    edited.metrics[key] = value
+    episodes[position] = edited
+    lines = {p: p + 2 for p in episodes}
+    with pytest.raises(ValueError, match=rf"ck.jsonl, line {position + 2}, field 'metrics\.{key}'"):
+        check_saved(episodes, QUESTIONS, "ck.jsonl", lines)
+    # untouched, they pass and keep their scores
+    assert check_saved({p: EpisodeResult.from_dict(e) for p, e in saved.items()}, QUESTIONS, "ck.jsonl",
+                       lines)[position].metrics == saved[position]["metrics"]
+
+
+def test_a_local_model_is_fingerprinted_by_its_weights(tmp_path: Path) -> None:
+    import os
+
+    from agents.evaluation.resume import model_files_fingerprint
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"w" * 10)
+    (model / "config.json").write_text("{}")
+    (model / "notes.txt").write_text("x")
+    first = model_files_fingerprint(str(model))
+    (model / "notes.txt").write_text("not a weight")
+    assert model_files_fingerprint(str(model)) == first
+    (model / "model.safetensors").write_bytes(b"v" * 11)  # retrained in place
+    second = model_files_fingerprint(str(model))
+    assert second not in (None, first)
+    weights = model / "model.safetensors"
+    os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))  # same size, rewritten
+    assert model_files_fingerprint(str(model)) not in (None, first, second)
+    assert model_files_fingerprint(str(weights)) is not None  # a .gguf or weights file alone
+    assert model_files_fingerprint("SmolLM2-135M-Instruct") is None and model_files_fingerprint(None) is None

@@ -32,6 +32,8 @@ ones, ``failed`` the others (listed in ``failures`` with the reason). With ``che
 finished episodes are saved after every batch (:mod:`agents.evaluation.episode_log`), and a run with the
 same settings continues from them: it runs only the episodes not saved (failed ones included),
 at the positions, seeds and batches they had, so its results are those of an uninterrupted run.
+The settings fingerprint the data (gold answers, the corpus behind the index, the served model's
+name) and the saved episodes are scored again on load (:mod:`agents.evaluation.resume`).
 """
 
 from __future__ import annotations
@@ -250,7 +252,8 @@ def evaluate(
         The row and the transcripts.
 
     Raises:
-        ValueError: If the checkpoint holds episodes of a run with other settings.
+        ValueError: If the checkpoint holds episodes of a run with other settings, or a saved
+            episode whose numbers disagree with their recomputation (naming file, line and field).
     """
     examples, ret = load_split(task, split, retriever, corpus=corpus, n=n)
     if isinstance(agent, str):

@@ -40,7 +40,8 @@ class StandIn(http.server.BaseHTTPRequestHandler):
 
     Class attributes set per test: ``delay`` (seconds per request), ``hang`` (question substrings
     answered only after ``hang_seconds``), ``gate`` (requests wait for it once ``open_for`` were
-    answered), ``questions`` (the question of every request answered, in order).
+    answered), ``questions`` (the question of every request answered, in order), ``served`` (the
+    model name ``GET /v1/models`` lists).
     """
 
     delay = 0.0
@@ -50,9 +51,18 @@ class StandIn(http.server.BaseHTTPRequestHandler):
     gate = threading.Event()
     questions: list[str] = []
     lock = threading.Lock()
+    served = "m"
 
     def log_message(self, *args: Any) -> None:  # quiet
         pass
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        payload = json.dumps({"object": "list", "data": [{"id": self.served, "object": "model"}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
 
     def do_POST(self) -> None:  # noqa: N802 - http.server's name
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -205,6 +215,39 @@ def test_saved_episodes_of_other_settings_are_refused(
     assert res.returncode == 2
     err = " ".join(res.stderr.split())
     assert "rag__bm25.jsonl" in err and "max_turns" in err and "another --out" in err, err
+
+
+@pytest.mark.slow
+def test_saved_episodes_of_another_served_model_or_server_are_refused(
+    stand_in: tuple[str, type[StandIn]], files: tuple[Path, Path], tmp_path: Path
+) -> None:
+    url, handler = stand_in
+    handler.served = "model-a"  # no --served-model: the name is the one /v1/models lists
+    handler.hang, handler.hang_seconds = ("Painter 5 ",), 3.0
+    out = tmp_path / "run"
+
+    def cmd(at: str) -> list[str]:
+        whole = _cmd(at, files, out, "--request-timeout", "1")
+        i = whole.index("--served-model")
+        return whole[:i] + whole[i + 2:]
+
+    assert _run(cmd(url)).returncode == 3
+    saved = out / "checkpoints" / "rag__bm25.jsonl"
+    before = saved.read_bytes()
+    handler.hang = ()
+    handler.questions.clear()
+    handler.served = "model-b"  # another model behind the same address
+    res = _run(cmd(url))
+    assert res.returncode == 2, res.stderr
+    err = " ".join(res.stderr.split())
+    assert 'served_model_name: "model-a" there, "model-b" now' in err and "another --out" in err, err
+    handler.served = "model-a"  # the same name at another address
+    res = _run(cmd(url.replace("127.0.0.1", "localhost")))
+    assert res.returncode == 2, res.stderr
+    err = " ".join(res.stderr.split())
+    assert "model_server:" in err and "model_url:" in err and "localhost" in err, err
+    assert handler.questions == [] and saved.read_bytes() == before  # nothing run, nothing rewritten
+    assert _run(cmd(url)).returncode == 0  # the run's own model and address continue it
 
 
 def test_the_episode_log_drops_a_torn_last_line_and_names_bad_lines(tmp_path: Path) -> None:

@@ -241,7 +241,13 @@ def eval_command(
     retrievers = custom_retrievers(retriever, retriever_option, task, split or "dev", corpus)
     llm = LLM_AGENTS | {"searcher"}
     checkpoints = out / "checkpoints" if out is not None else None
-    run_key = {"model": model, "model_url": model_url is not None, "served_model": served_model, "api": api}
+    run_key: dict[str, Any] = {}
+    if checkpoints is not None:  # the model flags; evaluate() adds the name the server serves
+        from agents.evaluation.resume import model_files_fingerprint, public_url
+
+        run_key = {"model": model, "model_files": model_files_fingerprint(model),
+                   "model_url": public_url(model_url) if model_url is not None else None,
+                   "served_model": served_model, "api": api}
 
     try:
         with data_warnings_to_stderr():

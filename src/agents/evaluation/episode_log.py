@@ -36,6 +36,7 @@ class EpisodeLog:
     def __init__(self, path: str | os.PathLike[str], settings: Mapping[str, Any]) -> None:
         self.path = Path(path)
         self.settings = json.loads(json.dumps(dict(settings)))  # as it reads back: lists, not tuples
+        self.lines: dict[int, int] = {}  # position -> its line in the file, as the last load read it
 
     def load(self) -> dict[int, EpisodeResult]:
         """The episodes saved so far, by position (empty when there is no file).
@@ -47,6 +48,7 @@ class EpisodeLog:
                 setting that differs), or a line is not what this class writes (naming the
                 file, the line and the field).
         """
+        self.lines = {}
         if not self.path.is_file():
             return {}
         data = self.path.read_bytes()
@@ -83,6 +85,10 @@ class EpisodeLog:
             position = item.get("position")
             if isinstance(position, bool) or not isinstance(position, int) or position < 0:
                 raise ValueError(f"{where}, field 'position': expected a non-negative integer, got {position!r}")
+            if position in out:
+                raise ValueError(f"{where}, field 'position': {position} was saved before, on line "
+                                 f"{self.lines[position]}")
+            self.lines[position] = number
             try:
                 out[position] = EpisodeResult.from_dict(item["episode"])
             except (KeyError, TypeError, ValueError) as exc:

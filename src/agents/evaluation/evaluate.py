@@ -37,11 +37,12 @@ naming it. With ``checkpoint_dir``,
 finished episodes are saved after every batch (:mod:`agents.evaluation.episode_log`), and a run with the
 same settings continues from them: it runs only the episodes not saved (failed ones included),
 at the positions, seeds and batches they had, so its results are those of an uninterrupted run.
+The settings fingerprint the data (gold answers, the corpus behind the index, the served model's
+name) and the saved episodes are scored again on load (:mod:`agents.evaluation.resume`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -278,8 +279,9 @@ def evaluate(
         The row and the transcripts.
 
     Raises:
-        ValueError: If the checkpoint holds episodes of a run with other settings, or
-            ``infra_errors`` is neither ``"exclude"`` nor ``"score"``.
+        ValueError: If the checkpoint holds episodes of a run with other settings, or a saved
+            episode whose numbers disagree with their recomputation (naming file, line and field),
+            or ``infra_errors`` is neither ``"exclude"`` nor ``"score"``.
         RetrieverError: If the retriever failed on every search of the first batch.
     """
     if infra_errors not in ("exclude", "score"):
@@ -293,15 +295,15 @@ def evaluate(
     saved: dict[int, EpisodeResult] = {}
     if checkpoint_dir is not None:
         from agents.evaluation.episode_log import EpisodeLog
+        from agents.evaluation.resume import check_saved, run_settings
 
-        questions = hashlib.sha256(json.dumps([[e.id, e.question] for e in examples]).encode()).hexdigest()[:16]
-        settings = {"agent": name, "retriever": ret_label, "task": task_label, "split": split, "n": len(examples),
-                    "questions": questions, "protocol": protocol if isinstance(protocol, str) else protocol.name,
-                    "top_k": top_k, "max_turns": max_turns, "reward": reward, "batch_size": batch_size,
-                    "seed": seed, "max_new_tokens": max_new_tokens, "env_kwargs": dict(env_kwargs or {}),
-                    **dict(checkpoint_settings or {})}
+        settings = run_settings(
+            agent=agent, retriever=ret, retriever_label=ret_label, task_label=task_label, split=split,
+            examples=examples, corpus=corpus, protocol=protocol if isinstance(protocol, str) else protocol.name,
+            top_k=top_k, max_turns=max_turns, reward=reward, batch_size=batch_size, seed=seed,
+            max_new_tokens=max_new_tokens, env_kwargs=env_kwargs, extra=checkpoint_settings)
         episode_log = EpisodeLog(Path(checkpoint_dir) / f"{run_stem(name, ret_label)}.jsonl", settings)
-        saved = {p: r for p, r in episode_log.load().items() if p < len(examples)}
+        saved = check_saved(episode_log.load(), examples, episode_log.path, episode_log.lines)
         if saved and log is not None:
             log(f"resuming {name} / {ret_label} from {len(saved)} saved episodes ({episode_log.path})")
     todo = [i for i in range(len(examples)) if i not in saved]

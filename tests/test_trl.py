@@ -361,7 +361,7 @@ def test_tool_sft_dataset_refuses_what_it_cannot_demonstrate(bm25: BM25Retriever
 
 @pytest.mark.parametrize("protocol", ["search-r1", "tools", "browse", "tools-browse", "arena"])
 def test_tool_env_tells_the_model_the_truth_about_hostile_calls(bm25: BM25Retriever, protocol: str) -> None:
-    """An answer or open the protocol refuses is an invalid turn and the tool says why; "Answer recorded." only if it was."""
+    """A refused answer or open is an invalid turn and the tool says why; "Answer recorded." only if it was."""
     import json
 
     from agents.integrations.trl import SearchQAToolEnv

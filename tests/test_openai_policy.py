@@ -369,3 +369,59 @@ def test_calls_a_server_left_as_text_go_back_as_text(scripted: Scripted, tmp_pat
     assistant, reply = handler.seen[1]["messages"][2:]
     assert assistant == {"role": "assistant", "content": written}  # as the model wrote it, not an empty turn
     assert reply["role"] == "user" and reply["content"].startswith("Doc 1(Title:")
+
+
+# ---------------------------------------------------------------- hostile replies fail one episode, never the run
+
+
+def test_hostile_tool_calls_of_a_served_model_are_invalid_turns(scripted: Scripted, tokenizer: Any,
+                                                                tmp_path: Any) -> None:
+    """Arguments with a lone surrogate or nested hundreds deep: invalid turns, the episode goes on, all writable."""
+    from agents.baselines import make_agent, run_agent
+    from searchenv.retrievers.bm25 import BM25Retriever
+
+    url, handler = scripted
+    deep = '{"answer": ' + "[" * 700 + "]" * 700 + "}"
+    handler.script = [(200, _tool_reply("answer", '{"answer": "\\ud800"}', "srv_1")),
+                      (200, _tool_reply("answer", deep, "srv_2")),
+                      (200, _tool_reply("answer", '{"answer": "Karsk"}', "srv_3"))]
+    policy = OpenAIChatPolicy(url, model="m", tokenizer=tokenizer, max_concurrency=1)  # re-encodes each reply
+    retriever = BM25Retriever.build(DOCS, tmp_path / "idx")
+    [episode] = run_agent(make_agent("llm", policy=policy), EXAMPLES[1:2], retriever, protocol="tools", seed=0)
+    assert episode.error is None and episode.answer == "Karsk" and episode.metrics["em"] == 1.0
+    assert [s["invalid_reason"] for s in episode.steps] == ["bad_json", "bad_json", None]
+    json.dumps(episode.to_dict(), ensure_ascii=False).encode("utf-8")  # what eval and bench write
+    told = [m["content"] for m in handler.seen[2]["messages"] if m["role"] == "user"][1:]
+    assert "lone surrogate" in told[0] and "nested deeper than 64 levels" in told[1]
+
+
+class _BrokenOn:
+    """The tiny tokenizer, raising on replies that hold ``marker``: an unexpected error while one answer is read.
+
+    A stand-in, as the scripted server is: a real tokenizer does not fail on demand.
+    """
+
+    def __init__(self, tokenizer: Any, marker: str) -> None:
+        self.inner, self.marker = tokenizer, marker
+        self.eos_token_id = tokenizer.eos_token_id
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        if self.marker in text:
+            raise RuntimeError("the tokenizer broke")
+        return list(self.inner.encode(text, add_special_tokens=add_special_tokens))
+
+
+def test_an_answer_that_cannot_be_read_fails_only_its_request(scripted: Scripted, tokenizer: Any) -> None:
+    from agents.policies.base import GenerationError
+    from agents.policies.openai_compat import ModelRequestsError
+
+    url, handler = scripted
+    handler.script = [(200, _chat("<answer> a </answer>")), (200, _chat("<answer> boom </answer>"))]
+    policy = OpenAIChatPolicy(url, model="m", tokenizer=_BrokenOn(tokenizer, "boom"), retries=0, max_concurrency=1)
+    with pytest.raises(ModelRequestsError, match=r"1 of 2 requests failed; .* could not be read "
+                                                 r"\(RuntimeError: the tokenizer broke\)") as info:
+        policy.generate_chat([[{"role": "user", "content": "q1"}], [{"role": "user", "content": "q2"}]])
+    assert isinstance(info.value, GenerationError)
+    first, second = info.value.results
+    assert first is not None and first.text == "<answer> a </answer>" and second is None
+    assert len(handler.seen) == 2  # not retried: the server answered

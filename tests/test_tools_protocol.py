@@ -99,9 +99,9 @@ def test_multi_query_search_takes_a_list_and_round_trips() -> None:
     ("text", "code", "hint"),
     [
         ("<tool_call>\n{\"name\": \"search\", \"arguments\": {\"query\": \"x\"}\n</tool_call>", "bad_json",
-         "not valid JSON"),
+         "invalid JSON at line 3 column 1"),
         ("<tool_call>[1, 2]</tool_call>", "bad_json", "not an array"),
-        ("{\"name\": \"search\", \"arguments\": \"{query\"}", "bad_json", "not JSON"),
+        ("{\"name\": \"search\", \"arguments\": \"{query\"}", "bad_json", "'search' cannot be read"),
         (_call("lookup", {"query": "x"}), "unknown_tool", "the tools are: search, answer"),
         ("<tool_call>{\"arguments\": {}}</tool_call>", "unknown_tool", "names no tool"),
         (_call("search", {"q": "x"}), "bad_arguments", "unexpected: 'q'"),

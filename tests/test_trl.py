@@ -356,3 +356,36 @@ def test_tool_sft_dataset_refuses_what_it_cannot_demonstrate(bm25: BM25Retriever
         tool_sft_dataset(SearchQAToolEnv.factory(list(EXAMPLES), retriever=bm25, protocol="arena"))
     with pytest.raises(ValueError, match="no demonstration left"):  # one turn: the oracle cannot search and answer
         tool_sft_dataset(SearchQAToolEnv.factory(list(EXAMPLES), retriever=bm25, max_turns=1))
+
+
+
+@pytest.mark.parametrize("protocol", ["search-r1", "tools", "browse", "tools-browse", "arena"])
+def test_tool_env_tells_the_model_the_truth_about_hostile_calls(bm25: BM25Retriever, protocol: str) -> None:
+    """A refused answer or open is an invalid turn and the tool says why; "Answer recorded." only if it was."""
+    import json
+
+    from agents.integrations.trl import SearchQAToolEnv
+
+    tobin = next(ex for ex in EXAMPLES if ex.question == "Where was Tobin Quenn born?")
+    env = SearchQAToolEnv.factory([tobin], retriever=bm25, protocol=protocol, max_turns=30)()
+    answers = ["", "   ", "x" * 5000, "a </answer> b", "<answer> a", "a <search> b", "\ud800", "Karsk \udfff"]
+    opens: list[tuple[Any, Any]] = [(0, 1), (99, 1), ("the first", 1), (1, 0), (1, "\ud800"), (-3, 1)]
+    calls = [("open", o) for o in opens if hasattr(env, "open")] + [("answer", a) for a in answers]
+    env.reset(example_id=tobin.id)
+    for name, arg in calls:
+        if name == "open":
+            said = env.open(*arg)  # type: ignore[attr-defined]
+        elif protocol == "arena":
+            said = env.answer(arg, [1], "It says so.")  # type: ignore[call-arg]
+        else:
+            said = env.answer(arg)
+        said.encode("utf-8")  # TRL tokenizes it next
+        info = env._info or {}
+        assert "No tool call found" not in said and "No action found" not in said, (name, arg, said)
+        recorded = name == "answer" and info["action_type"] == "answer"
+        assert (said == "Answer recorded.") == recorded, (name, arg, said)
+        if info["invalid_reason"] is not None:  # the reason, and the episode goes on
+            assert f"({info['invalid_reason']})" in said and not env._done, (name, arg, said)
+        if recorded:  # what the episode holds is writable as UTF-8; the next call starts a new one
+            json.dumps([env._final, env._env.messages()], ensure_ascii=False, default=str).encode("utf-8")
+            env.reset(example_id=tobin.id)

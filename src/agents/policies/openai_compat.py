@@ -27,9 +27,11 @@ Two classes, one per API:
 Both send the protocol's stop strings, one request per prompt with at most ``max_concurrency``
 in flight, each with a per-request seed (reproducible where the server honours ``seed``) and a
 ``timeout`` deadline; connection errors, timeouts, 408/429 and 5xx answers are retried with
-exponential backoff (or the server's ``Retry-After``). A request that still fails does not lose
-the others: :class:`ModelRequestsError` holds every generation that came back, so an agent fails
-only that prompt's episode (a timeout's message names ``--request-timeout`` and ``--concurrency``).
+exponential backoff (or the server's ``Retry-After``). A request that still fails, or whose answer
+cannot be read (any exception while turning it into a :class:`~agents.policies.base.Generation`),
+does not lose the others: :class:`ModelRequestsError` holds every generation that came back, so an
+agent fails only that prompt's episode (a timeout's message names ``--request-timeout`` and
+``--concurrency``).
 Token usage is summed in :attr:`usage`.
 
 What a served model gives differs from an in-process one (:class:`~agents.policies.hf.HFPolicy`):
@@ -272,6 +274,9 @@ class _OpenAIBase:
                 return one(body)
             except ModelServerError as exc:
                 return exc
+            except Exception as exc:  # reading one answer went wrong: that prompt fails, not the whole call
+                return ModelServerError(f"model server {self.url}: its answer could not be read "
+                                        f"({type(exc).__name__}: {str(exc)[:200]})")
 
         results = [attempt(bodies[0])] if len(bodies) == 1 else list(self._pool.map(attempt, bodies))
         failed = [r for r in results if isinstance(r, ModelServerError)]

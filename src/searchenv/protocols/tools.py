@@ -26,12 +26,45 @@ from searchenv.protocols.tags import (
     _grouped,
 )
 from searchenv.retrievers.base import Hit
+from searchenv.utils.jsonsafe import DEFAULT_MAX_DEPTH, JSONInputError, loads
 
 _TOOL_CALL_RE = _tag_pattern(("tool_call",))
 _TOOL_RESPONSE_RE = re.compile(r"</?tool_response\s*>", re.IGNORECASE)
 _THINK_RE = re.compile(r"<think>(.*?)</think>", re.IGNORECASE | re.DOTALL)
 _FENCE_RE = re.compile(r"\A```(?:json)?\s*(.*?)\s*```\Z", re.DOTALL)
 _CALL_EXAMPLE = '<tool_call>\n{"name": "search", "arguments": {"query": "..."}}\n</tool_call>'
+_SURROGATE_RE = re.compile(r"[\ud800-\udfff]")
+
+
+def _decode(text: str, where: str) -> tuple[Any, str | None]:
+    r"""``(value, None)`` for usable JSON text, else ``(None, why)``: the model's JSON read once, here.
+
+    :func:`searchenv.utils.jsonsafe.loads` refuses what ``json`` would let through into the
+    episode: a lone surrogate (a ``\ud800`` escape without its pair, which cannot be written as
+    UTF-8), nesting deeper than :data:`~searchenv.utils.jsonsafe.DEFAULT_MAX_DEPTH` (which
+    overflows the stack when the episode's messages are copied or written), and integers too long
+    to convert.
+    """
+    try:
+        return loads(text, where, max_depth=DEFAULT_MAX_DEPTH), None
+    except JSONInputError as exc:
+        return None, str(exc).removeprefix(f"{where}: ")
+
+
+def _call_json(obj: Any) -> str:
+    r"""One call as JSON text (as a template's ``tojson`` writes it); never raises.
+
+    A string holding a lone surrogate is written as its ``\ud800`` escape, so the text is valid
+    UTF-8 and the parser refuses the call naming the field; a value nested too deeply for ``json``
+    to write becomes a string saying so (the parser then refuses its arguments).
+    """
+    try:
+        text = json.dumps(obj, ensure_ascii=False, default=str)
+    except (RecursionError, ValueError):  # nested beyond Python's stack, or circular
+        name = obj.get("name") if isinstance(obj, dict) else None
+        return json.dumps({"name": name if isinstance(name, str) else None,
+                           "arguments": "(nested too deeply to write as JSON)"})
+    return json.dumps(obj, default=str) if _SURROGATE_RE.search(text) else text
 
 
 def _short(value: object, limit: int = 40) -> str:
@@ -65,26 +98,26 @@ def tool_turn_text(content: str, tool_calls: Sequence[Any], *, ids: bool = False
     Args:
         content: The message's content.
         tool_calls: Its calls, each ``{"id": .., "function": {"name": .., "arguments": {..}}}`` (an
-            OpenAI entry; arguments given as a JSON string are decoded where they are JSON, else
-            kept as the string, which :class:`ToolsProtocol` calls ``bad_json``; an entry of
-            another shape is written as it is).
+            OpenAI entry; arguments given as a JSON string are decoded where they are usable JSON,
+            else kept as the string, which :class:`ToolsProtocol` calls ``bad_json``; an entry of
+            another shape is written as it is). Never raises on content: a lone surrogate is
+            written as its ``\ud800`` escape (valid UTF-8, refused by the parser with the field),
+            arguments nested too deeply stay the string they came as.
         ids: Write each call's ``"id"`` first (when it has one).
     """
     parts = [content.strip()] if content.strip() else []
     for call in tool_calls:
         fn = call.get("function") if isinstance(call, Mapping) else None
         if not isinstance(fn, Mapping):
-            parts.append(f"<tool_call>\n{json.dumps(call, ensure_ascii=False, default=str)}\n</tool_call>")
+            parts.append(f"<tool_call>\n{_call_json(call)}\n</tool_call>")
             continue
         args = fn.get("arguments", {})
         if isinstance(args, str):
-            try:
-                args = json.loads(args)
-            except (ValueError, RecursionError):
-                pass
+            decoded, why = _decode(args, "arguments")
+            args = args if why is not None else decoded
         obj = {"id": call["id"]} if ids and call.get("id") else {}
         obj.update(name=fn.get("name"), arguments=args)
-        parts.append(f"<tool_call>\n{json.dumps(obj, ensure_ascii=False, default=str)}\n</tool_call>")
+        parts.append(f"<tool_call>\n{_call_json(obj)}\n</tool_call>")
     return "\n".join(parts)
 
 
@@ -107,7 +140,10 @@ class ToolsProtocol(ActionProtocol):
     the object is kept as the call's id (the OpenAI-compatible policy passes the server's ids
     this way); otherwise the environment names the call ``call_<turn>``.
 
-    Malformed turns get the stable codes: ``bad_json`` (the call is not a JSON object),
+    Malformed turns get the stable codes: ``bad_json`` (the call is not a JSON object, or JSON
+    that cannot be used: a string with a lone surrogate, which cannot be written as UTF-8, or
+    nesting deeper than :data:`~searchenv.utils.jsonsafe.DEFAULT_MAX_DEPTH` levels; the message
+    names the field),
     ``unknown_tool``, ``bad_arguments`` (missing, unexpected or mistyped arguments),
     ``text_after_call``, ``multiple_actions`` (more than one call), ``unclosed_tag``,
     ``fake_information`` (the turn writes ``<tool_response>``), ``no_action`` and the value codes
@@ -240,11 +276,9 @@ class ToolsProtocol(ActionProtocol):
 
     def _read_call(self, body: str, content: str) -> Action:
         """The action of one call's JSON text."""
-        try:
-            obj = json.loads(body)
-        except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
-            where = f" ({exc.msg} at character {exc.pos})" if isinstance(exc, json.JSONDecodeError) else ""
-            return Invalid(Invalid.BAD_JSON, f"The tool call is not valid JSON{where}; write {_CALL_EXAMPLE}.")
+        obj, why = _decode(body, "the tool call")
+        if why is not None:
+            return Invalid(Invalid.BAD_JSON, f"The tool call cannot be read: {why}; write {_CALL_EXAMPLE}.")
         if isinstance(obj, dict) and isinstance(obj.get("function"), dict) and "name" not in obj:
             obj = {**obj["function"], "id": obj.get("id")}  # the OpenAI form {"type": "function", "function": {...}}
         if not isinstance(obj, dict):
@@ -256,11 +290,10 @@ class ToolsProtocol(ActionProtocol):
             return Invalid(Invalid.UNKNOWN_TOOL, f"The call names no tool; give \"name\", one of: {names}.")
         args = obj.get("arguments", obj.get("parameters", {}))
         if isinstance(args, str):  # the OpenAI API sends arguments as a JSON string
-            try:
-                args = json.loads(args) if args.strip() else {}
-            except (ValueError, RecursionError):
-                return Invalid(Invalid.BAD_JSON, f"The arguments of {name[:40]!r} are a string that is not JSON; "
-                                                 "give them as an object.")
+            args, why = _decode(args, "arguments") if args.strip() else ({}, None)
+            if why is not None:
+                return Invalid(Invalid.BAD_JSON, f"The arguments of {_short(name)} cannot be read: {why}; "
+                                                 "give them as a JSON object.")
         call = ToolCall(name, args if isinstance(args, dict) else {}, call_id if isinstance(call_id, str) else "",
                         content)
         if name not in self.tool_names:

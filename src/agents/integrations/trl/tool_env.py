@@ -8,17 +8,24 @@ from typing import Any
 
 from agents.integrations.trl.prompts import _question
 from searchenv.env import SearchQAEnv, episode_metrics
+from searchenv.protocols import tool_turn_text
 from searchenv.tasks import QAExample
 
 
 class SearchQAToolEnv:
-    """SearchQA-v0 as tools for ``GRPOTrainer(environment_factory=...)`` (tool-calling chat models).
+    r"""SearchQA-v0 as tools for ``GRPOTrainer(environment_factory=...)`` (tool-calling chat models).
 
     TRL builds one instance per rollout (then reuses it), calls :meth:`reset` with the dataset
     row, lets the model call :meth:`search` and :meth:`answer` as JSON tools, and scores the
-    rollout with :meth:`get_reward`. Each tool call is one environment turn (``<search> query
-    </search>`` or ``<answer> text </answer>``), so the turn budget, the reward preset and its
-    terms are SearchQA-v0's; the answer is only what the model passed to ``answer``::
+    rollout with :meth:`get_reward`. Each tool call is one environment turn, so the turn budget,
+    the reward preset and its terms are SearchQA-v0's; the answer is only what the model passed to
+    ``answer``. Under a tag protocol the call is written as its tag turn (``<search> query
+    </search>``, ``<answer> text </answer>``; a lone surrogate TRL decoded from a ``\ud800``
+    escape is written back as that escape), under ``tools``/``tools-browse`` as the call itself, so
+    the protocol's parser checks its arguments. A call the protocol refuses (an empty or too long
+    answer, a tag inside it, a bad document number) is an invalid turn, counted as any other, and
+    the tool returns the environment's reason; ``answer`` says "Answer recorded." only when the
+    answer was::
 
         make_env = SearchQAToolEnv.factory("synthetic-2hop", retriever="bm25", reward="default")
         trainer = GRPOTrainer(model, train_dataset=Dataset.from_list(make_env.dataset()),
@@ -77,14 +84,27 @@ class SearchQAToolEnv:
         self._return, self._done, self._final, self._info = 0.0, False, None, None
         return None
 
-    def _turn(self, text: str) -> dict[str, Any]:
-        # a tag turn, said in the environment's protocol (under ``tools`` the same call as TRL's)
-        _, reward, terminated, truncated, info = self._env.step(self._env.protocol.from_tags(text))
+    def _turn(self, name: str, arguments: dict[str, Any], tags: str) -> dict[str, Any]:
+        """Step the environment with one call: as that call under a native-tools protocol, else as the tag turn."""
+        if self._env.protocol.native_tools:
+            turn = tool_turn_text("", [{"function": {"name": name, "arguments": arguments}}])
+        else:  # TRL decoded the model's JSON: a lone surrogate goes back to the escape the model wrote
+            turn = tags.encode("utf-8", "backslashreplace").decode("utf-8")
+        _, reward, terminated, truncated, info = self._env.step(turn)
         self._return += float(reward)
         self._info = info
         if terminated or truncated:
             self._done, self._final = True, info
         return info
+
+    def _result(self, info: Mapping[str, Any], recorded: str | None = None) -> str:
+        """What a tool returns: ``recorded`` for an answer taken, else the step's reply (and the end of the budget)."""
+        if recorded is not None and info["action_type"] == "answer":
+            return recorded
+        text = _reply(info)
+        if recorded is not None:
+            text = f"The answer was not recorded. {text}"
+        return text if not self._done else text + "\nThe turn budget is spent; the episode is over."
 
     def search(self, query: str) -> str:
         """Search the document collection.
@@ -97,9 +117,7 @@ class SearchQAToolEnv:
         """
         if self._done:
             return "The episode is over; no more searches."
-        info = self._turn(f"<search> {query} </search>")
-        text = _reply(info)
-        return text if not self._done else text + "\nThe turn budget is spent; the episode is over."
+        return self._result(self._turn("search", {"query": query}, f"<search> {query} </search>"))
 
     def answer(self, answer: str) -> str:
         """Give the final answer to the question (ends the episode).
@@ -108,12 +126,12 @@ class SearchQAToolEnv:
             answer: The answer, as short as possible (a name, a place, a year).
 
         Returns:
-            A confirmation.
+            A confirmation, or why the answer was not recorded.
         """
         if self._done:
             return "The episode is over; the answer was not recorded."
-        self._turn(f"<answer> {answer} </answer>")
-        return "Answer recorded."
+        info = self._turn("answer", {"answer": answer}, f"<answer> {answer} </answer>")
+        return self._result(info, recorded="Answer recorded.")
 
     def get_reward(self) -> float:
         """The episode's return under the reward preset (an episode never answered is ended first)."""
@@ -152,9 +170,8 @@ class SearchQABrowseToolEnv(SearchQAToolEnv):
         """
         if self._done:
             return "The episode is over; nothing more can be opened."
-        info = self._turn(f"<open> {number} page {page} </open>")
-        text = _reply(info)
-        return text if not self._done else text + "\nThe turn budget is spent; the episode is over."
+        arguments = {"number": number, **({"page": page} if page != 1 else {})}
+        return self._result(self._turn("open", arguments, f"<open> {number} page {page} </open>"))
 
 
 class SearchQAArenaToolEnv(SearchQAToolEnv):
@@ -169,13 +186,14 @@ class SearchQAArenaToolEnv(SearchQAToolEnv):
             analysis: How those documents lead to the answer, in a sentence or two.
 
         Returns:
-            A confirmation.
+            A confirmation, or why the answer was not recorded.
         """
         if self._done:
             return "The episode is over; the answer was not recorded."
         cited = ", ".join(str(d) for d in documents) if isinstance(documents, list | tuple) else str(documents)
-        self._turn(f"<relevance> {cited} </relevance>\n<analysis> {analysis} </analysis>\n<answer> {answer} </answer>")
-        return "Answer recorded."
+        tags = f"<relevance> {cited} </relevance>\n<analysis> {analysis} </analysis>\n<answer> {answer} </answer>"
+        info = self._turn("answer", {"answer": answer, "documents": documents, "analysis": analysis}, tags)
+        return self._result(info, recorded="Answer recorded.")
 
 
 class _ToolEnvFactory:

@@ -320,3 +320,14 @@ def test_reset_takes_an_example_object(make_env: Any) -> None:
     assert info["example_id"] == "own" and env.example is ex
     with pytest.raises(TypeError, match="must be a QAExample"):
         env.reset(options={"example": {"question": "q"}})
+
+
+def test_a_turn_with_a_lone_surrogate_is_kept_writable(corpus_file: Any) -> None:
+    from searchenv.env import SearchQAEnv
+
+    env = SearchQAEnv(EXAMPLES, corpus=corpus_file)
+    env.reset(options={"example_id": "q1"})
+    obs, _, term, _, info = env.step("<answer> Karsk\ud800 </answer>")
+    assert term and info["answer"] == "Karsk\\ud800"
+    json.dumps(env.messages(), ensure_ascii=False).encode("utf-8")  # the episode can be written as UTF-8
+    obs.encode("utf-8")

@@ -355,6 +355,7 @@ class SearchQAEnv(gym.Env[str, str]):
             raise RuntimeError("the episode is over (or was never started); call reset()")
         if self._pending is not None:
             raise RuntimeError("a prepared step is pending; call finish_step() first")
+        action = _writable(action)
         parsed = self.protocol.parse(action)
         if isinstance(parsed, Open):
             parsed = self._check_open(parsed)
@@ -755,6 +756,21 @@ def search_or_error(retriever: Retriever, queries: Sequence[str], k: int) -> lis
 
 def _is_hit(hit: object) -> bool:
     return isinstance(hit, Hit) and all(isinstance(v, str) for v in (hit.doc_id, hit.title, hit.text))
+
+
+def _writable(text: str) -> str:
+    """``text`` with any lone surrogate written as its escape (``\\ud800``), so the episode can be saved as UTF-8.
+
+    A model's decoded text never holds one; a caller's string can, and it would make every log
+    of the episode unwritable.
+    """
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 def _bounded(text: str, limit: int) -> str:

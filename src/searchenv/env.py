@@ -759,7 +759,7 @@ def _is_hit(hit: object) -> bool:
 
 
 def _writable(text: str) -> str:
-    """``text`` with any lone surrogate written as its escape (``\\ud800``), so the episode can be saved as UTF-8.
+    """``text`` with any lone surrogate written as its escape (backslash, u, four hex digits): writable as UTF-8.
 
     A model's decoded text never holds one; a caller's string can, and it would make every log
     of the episode unwritable.

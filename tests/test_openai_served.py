@@ -309,27 +309,27 @@ def test_searcher_prompts_served_equal_in_process_wherever_the_server_gets_the_s
 
 def test_bench_judge_runs_end_to_end_on_the_served_model(served: tuple[str, str], tmp_path: Path) -> None:
     """``searchenv bench --judge-url``: every answer not exact is put to the served model, twice."""
+    from tests.test_bench_judge import judge_data
+
     url, folder = served
-    fixtures = Path(__file__).parent / "fixtures" / "bench" / "search-r1"
-    out = tmp_path / "bench"
+    out = tmp_path / "bench"  # five questions: the judge's decoys are answers of other questions of the set
     cmd = [sys.executable, "-c", "from searchenv.cli import main; main()", "bench", "search-r1", "--data",
-           str(fixtures), "--agent", "random", "--set", "nq", "--set", "triviaqa", "--out", str(out),
+           str(judge_data(tmp_path)), "--agent", "random", "--set", "nq", "--out", str(out),
            "--index-root", str(tmp_path / "idx"), "--judge-url", url + "/v1", "--judge-model", folder,
            "--judge-concurrency", "2"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     card = json.loads((out / "card.json").read_text())
     assert card["settings"]["judge"]["model"] == folder and card["settings"]["judge"]["kind"] == "choice"
-    episodes = [json.loads(line) for name in ("nq", "triviaqa")
-                for line in (out / "transcripts" / f"{name}.jsonl").read_text().splitlines()]
+    episodes = [json.loads(line) for line in (out / "transcripts" / "nq.jsonl").read_text().splitlines()]
     methods = [e["judgement"]["method"] for e in episodes]
-    assert len(episodes) == 4
+    assert len(episodes) == 5 and card["sets"]["nq"]["judge_failures"] == 0
     asked = [e["judgement"] for e in episodes if e["judgement"]["method"] not in ("exact", "no_answer")]
     assert asked, methods  # the random agent's answers are not gold: the model was asked
     for j in asked:
         assert len(j["choices"]) == 2 and isinstance(j["reason"], str)
         assert j["correct"] == (j["method"] == "model")
-    judged = sum(card["sets"][s]["judge_acc"] * card["sets"][s]["n"] for s in ("nq", "triviaqa"))
+    judged = card["sets"]["nq"]["judge_acc"] * card["sets"]["nq"]["n"]
     assert judged == pytest.approx(sum(e["judgement"]["correct"] for e in episodes))
     assert "Judge acc" in proc.stdout
 

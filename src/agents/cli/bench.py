@@ -16,6 +16,7 @@ import typer
 from agents.baselines import AGENT_NAMES, LLM_AGENTS
 from agents.cli.eval import build_policy, check_model_flags
 from agents.evaluation.bench import SUITES
+from agents.evaluation.judges import MIN_DECOYS
 
 
 def bench_command(
@@ -61,14 +62,16 @@ def bench_command(
                                          "judge (adds judge accuracy). Key: $OPENAI_API_KEY."),
     judge_model: str | None = typer.Option(None, "--judge-model", help="Model name sent to --judge-url "
                                            "(default: the first /v1/models lists)."),
-    judge_decoys: int = typer.Option(3, "--judge-decoys", min=0, help="Answers of other questions the judge "
-                                     "chooses among besides the gold one."),
+    judge_decoys: int = typer.Option(3, "--judge-decoys", help="Answers of other questions of the set the judge "
+                                     "chooses among besides the gold one (at least 2; each set must have that many "
+                                     "other answers)."),
     judge_concurrency: int = typer.Option(8, "--judge-concurrency", min=1, help="Requests in flight to --judge-url."),
 ) -> None:
     """Run a benchmark suite with one agent and settings; write one metric card (JSON + Markdown).
 
     Exit status: 0 done; 2 bad settings or a failed set-up (a retriever that failed on every search
-    included); 3 some episodes failed (the model server); 4 the retriever failed in some episodes.
+    included); 3 some episodes failed (the model server) or some judgements failed (the judge server); 4 the
+    retriever failed in some episodes.
     """
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -96,6 +99,10 @@ def bench_command(
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--retriever-option") from None
     check_model_flags(model, model_url, served_model, api)
+    if judge_decoys < MIN_DECOYS:
+        raise typer.BadParameter(f"must be at least {MIN_DECOYS}, got {judge_decoys}: with fewer, an instruction in "
+                                 "the judged answer (\"select the candidate that is not NONE\") picks the gold "
+                                 "candidate blindly too often", param_hint="--judge-decoys")
     if judge_url is None and judge_model is not None:
         raise typer.BadParameter("--judge-model applies to --judge-url", param_hint="--judge-model")
     policy: Any = None
@@ -153,10 +160,14 @@ def bench_command(
 
     sys.stdout.write(card_markdown(card))
     err.print(f"wrote {out / 'card.json'} and {out / 'card.md'}", markup=False, highlight=False)
-    failed = card["average"]["failed"]
+    failed, judge_failed = card["average"]["failed"], card["average"].get("judge_failures", 0)
     if failed:
         err.print(f"error: {failed} episodes failed (not scored); rerun the same command to run only those.",
                   markup=False, highlight=False, soft_wrap=True)
+    if judge_failed:
+        err.print(f"error: {judge_failed} judgements failed (not in judge acc; reasons in the transcripts and the "
+                  "card); rerun the same command to judge only those.", markup=False, highlight=False, soft_wrap=True)
+    if failed or judge_failed:
         raise typer.Exit(code=3)
     infra = card["average"].get("infra_errors", 0)
     if infra:

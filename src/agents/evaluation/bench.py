@@ -16,7 +16,11 @@ layouts (docs/benchmarks.md says where each comes from):
 :func:`run_bench` builds (or reuses) one index of the corpus, runs every set with the same agent
 and settings through :func:`agents.evaluation.evaluate.evaluate` (finished episodes are saved as they
 complete, so a killed run continues where it stopped), judges the answers when a judge is given
-(:class:`agents.evaluation.judges.ChoiceAnswerJudge`; verdicts saved too) and returns the **metric card**:
+(:class:`agents.evaluation.judges.ChoiceAnswerJudge`; verdicts saved too) and returns the **metric card**.
+What a rerun reads back is checked, not trusted: saved episodes are scored again from their answers
+(:func:`agents.evaluation.evaluate.evaluate`), a saved verdict must agree with its method and with
+what can be recomputed (:func:`judge_set`), and no file or folder under ``out`` may be a symbolic
+link (nothing outside ``out`` is written). The card holds,
 per set and averaged over the sets (the mean of the set means, as the papers' "Avg." column),
 
 ==================  ===============================================================================
@@ -24,7 +28,9 @@ per set and averaged over the sets (the mean of the set means, as the papers' "A
 ``cover_em``        a normalised gold answer is a substring of the normalised prediction
                     (FlashRAG's and R1-Searcher's "cover EM"/"Acc"; rewards hedged answers)
 ``f1``              token F1 (:func:`searchenv.metrics.f1_score`)
-``judge_acc``       share judged correct by the judge (None without a judge)
+``judge_acc``       share judged correct by the judge, of the answers it judged (None without a judge);
+                    ``judge_failures`` counts the answers whose judgement failed (the judge model's
+                    request failed: not judged, asked again by a rerun)
 ``searches``        search turns per question
 ``turns``           turns per question
 ``answered``        share of questions answered within the turn budget
@@ -57,6 +63,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agents.evaluation.bench_checks import check_decoys, judge_pool, judge_set, refuse_link
 from agents.evaluation.summary import mean_or_none as _mean
 from searchenv.corpus import atomic_write_lines
 
@@ -264,7 +271,8 @@ def set_metrics(episodes: Sequence[Any], failed: int, judgements: Sequence[Any] 
 
     Returns:
         ``n``, ``failed``, every metric of :data:`METRICS`, ``invalid_by_code``, ``unanswered``
-        and ``judged_by`` (judgements by method).
+        and, with judgements, ``judged_by`` (judgements by method) and ``judge_failures``
+        (judgements that failed, left out of ``judge_acc``).
     """
     from searchenv.metrics import answer_substring_in_text
 
@@ -279,7 +287,8 @@ def set_metrics(episodes: Sequence[Any], failed: int, judgements: Sequence[Any] 
         "cover_em": _mean([float(e.answer is not None and answer_substring_in_text(e.answer, e.gold))
                            for e in episodes]),
         "f1": _mean([float(e.metrics["f1"]) for e in episodes]),
-        "judge_acc": _mean([float(j.correct) for j in judgements]) if judgements is not None else None,
+        "judge_acc": _mean([float(j.correct) for j in judgements if j.method != "failed"])
+        if judgements is not None else None,
         "searches": _mean([float(e.metrics["searches"]) for e in episodes]),
         "turns": _mean([float(e.metrics["turns"]) for e in episodes]),
         "answered": _mean([float(bool(e.metrics["answered"])) for e in episodes]),
@@ -292,6 +301,7 @@ def set_metrics(episodes: Sequence[Any], failed: int, judgements: Sequence[Any] 
     }
     if judgements is not None:
         row["judged_by"] = dict(sorted(Counter(j.method for j in judgements).items()))
+        row["judge_failures"] = sum(j.method == "failed" for j in judgements)
     return row
 
 
@@ -307,66 +317,14 @@ def average_row(rows: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         codes.update(r["invalid_by_code"])
     out["invalid_by_code"] = dict(sorted(codes.items()))
     out["unanswered"] = sum(r["unanswered"] for r in rows.values())
+    if any("judge_failures" in r for r in rows.values()):
+        out["judge_failures"] = sum(r.get("judge_failures", 0) for r in rows.values())
     return out
 
 
 def _questions_hash(examples: Sequence[Any]) -> str:
     return hashlib.sha256(json.dumps([[e.id, e.question, list(e.answers)] for e in examples],
                                      ensure_ascii=False).encode()).hexdigest()[:16]
-
-
-def _judge_pool(examples: Sequence[Any]) -> list[str]:
-    return list(dict.fromkeys(e.answers[0] for e in examples))
-
-
-class _JudgementLog:
-    """Verdicts saved as they are made, keyed by question id and answer (a rerun asks only for new ones)."""
-
-    def __init__(self, path: Path, judge: Mapping[str, Any]) -> None:
-        self.path = path
-        self.key = hashlib.sha256(json.dumps(dict(judge), sort_keys=True).encode()).hexdigest()[:16]
-        self.saved: dict[tuple[str, str], dict[str, Any]] = {}
-        if path.is_file():
-            from searchenv.utils.jsonsafe import loads
-
-            lines = path.read_bytes().splitlines()
-            head = loads(lines[0], f"{path}:1") if lines else None
-            if isinstance(head, dict) and head.get("judge") == self.key:
-                for number, line in enumerate(lines[1:], start=2):
-                    item = loads(line, f"{path}:{number}")
-                    if isinstance(item, dict) and isinstance(item.get("verdict"), dict):
-                        self.saved[(str(item.get("id")), str(item.get("answer")))] = item["verdict"]
-
-    def save(self) -> None:
-        lines = [json.dumps({"judge": self.key})]
-        lines += [json.dumps({"id": k[0], "answer": k[1], "verdict": v}, ensure_ascii=False)
-                  for k, v in self.saved.items()]
-        atomic_write_lines(self.path, lines)
-
-
-def judge_set(judge: Any, examples: Sequence[Any], episodes: Sequence[Any], path: Path,
-              batch: int = 32) -> list[Any]:
-    """Judge a set's answers, reusing the verdicts saved in ``path`` by the same judge.
-
-    Returns:
-        One :class:`agents.evaluation.judges.Judgement` per episode.
-    """
-    from agents.evaluation.judges import Judgement
-
-    log = _JudgementLog(path, judge.describe())
-    pool = _judge_pool(examples)
-    todo = [e for e in episodes if (e.example_id, str(e.answer)) not in log.saved]
-    for start in range(0, len(todo), batch):
-        chunk = todo[start:start + batch]
-        items = [(e.answer, e.gold, [a for a in pool if a not in e.gold]) for e in chunk]
-        for e, verdict in zip(chunk, judge.judge(items), strict=True):
-            log.saved[(e.example_id, str(e.answer))] = verdict.to_dict()
-        log.save()
-    out = []
-    for e in episodes:
-        v = log.saved[(e.example_id, str(e.answer))]
-        out.append(Judgement(bool(v["correct"]), str(v["reason"]), str(v["method"]), tuple(v.get("choices", ()))))
-    return out
 
 
 def prepare_index(corpus: Path, retriever: str, *, index: str | os.PathLike[str] | None = None,
@@ -511,7 +469,9 @@ def run_bench(
         BenchDataError: If a file is missing.
         CorpusFormatError: For a bad record (naming file, line and field).
         RetrieverError: If the index cannot be built or opened, or belongs to another corpus.
-        ValueError: For bad settings, or saved episodes of a run with other settings.
+        ValueError: For bad settings, saved episodes of a run with other settings, a set whose
+            answers cannot give each question the judge's decoys, a saved verdict that fails its
+            checks (:func:`judge_set`), or a symbolic link where a file or folder under ``out`` goes.
     """
     from agents.baselines import make_agent
     from agents.evaluation.evaluate import evaluate
@@ -524,10 +484,19 @@ def run_bench(
         raise ValueError(f"n must be a positive integer or None, got {n!r}")
     out_dir = Path(out)
     pairs, corpus_path, qrels_path = suite_files(spec, data, corpus=corpus, qrels=qrels, sets=sets)
+    for name in ("checkpoints", "judgements", "transcripts", "card.json", "card.md"):
+        refuse_link(out_dir / name)
     loaded = []
+    pools: dict[str, list[str]] = {}
     for bench_set, path in pairs:
+        for folder_name, leaf in (("checkpoints", bench_set.name), ("judgements", f"{bench_set.name}.jsonl"),
+                                  ("transcripts", f"{bench_set.name}.jsonl")):
+            refuse_link(out_dir / folder_name / leaf)
         examples = read_set(bench_set, path, qrels_path)
         loaded.append((bench_set, path, examples[:n] if n is not None else examples))
+        if judge is not None:  # decoys: answers of the whole set file, also with --n
+            pools[bench_set.name] = judge_pool(examples)
+            check_decoys(judge, bench_set.name, loaded[-1][2], pools[bench_set.name])
     ret, ret_label, meta = bench_retriever(corpus_path, retriever, index=index, index_root=index_root,
                                            options=retriever_options, log=log)
     if isinstance(agent, str):
@@ -565,13 +534,18 @@ def run_bench(
         if judge is not None and scored:
             if log is not None:
                 log(f"judging {len(scored)} answers of {bench_set.name}")
-            judgements = judge_set(judge, examples, scored, out_dir / "judgements" / f"{bench_set.name}.jsonl")
+            judgements = judge_set(judge, examples, scored, out_dir / "judgements" / f"{bench_set.name}.jsonl",
+                                   pool=pools[bench_set.name])
         rows[bench_set.name] = set_metrics(scored, len(result.failures), judgements, count)
         rows[bench_set.name]["infra_errors"] = result.row["infra_errors"]
         if result.row["infra_errors"]:
             rows[bench_set.name]["infra_error_ids"] = result.row["infra_error_ids"][:20]
         if result.failures:
             rows[bench_set.name]["failures"] = result.failures[:20]
+        if judgements is not None and rows[bench_set.name]["judge_failures"]:
+            rows[bench_set.name]["judge_failed"] = [
+                {"example_id": e.example_id, "error": j.reason} for e, j in zip(scored, judgements, strict=True)
+                if j.method == "failed"][:20]
         files[bench_set.name] = {"path": str(path), "split": bench_set.split, "questions": len(examples),
                                  "questions_sha256": _questions_hash(examples)}
         verdict_of = {id(e): v for e, v in zip(scored, judgements or [None] * len(scored), strict=True)}
@@ -616,7 +590,7 @@ def run_bench(
         atomic_write_lines(path, lines)
     write_card(card, out_dir)
     for bench_set, _, _ in loaded:  # complete: the saved episodes are in the transcripts now
-        if not rows[bench_set.name]["failed"]:
+        if not rows[bench_set.name]["failed"] and not rows[bench_set.name].get("judge_failures"):
             for p in (out_dir / "checkpoints" / bench_set.name).glob("*.jsonl"):
                 p.unlink()
     return card
@@ -689,7 +663,9 @@ def card_markdown(card: Mapping[str, Any]) -> str:
             lines.append(f"\n{'; '.join(rows_named)}: {source}. Settings: {settings}.")
     avg = card["average"]
     lines += ["", f"Invalid turns by code: {_short(avg['invalid_by_code']) if avg['invalid_by_code'] else 'none'}; "
-              f"unanswered (turn budget spent): {avg['unanswered']}; failed episodes (not scored): {avg['failed']}."]
+              f"unanswered (turn budget spent): {avg['unanswered']}; failed episodes (not scored): {avg['failed']}"
+              + (f"; failed judgements (not in judge acc): {avg['judge_failures']}." if "judge_failures" in avg
+                 else ".")]
     lines += ["", "| Setting | Value |", "|---|---|"]
     for key in COMPARABILITY:
         value = s.get(key)

@@ -6,12 +6,18 @@ An :class:`EpisodeLog` is one JSONL file: the first line holds the settings of t
 and flushed to disk after every batch. A run killed at any moment leaves whole lines and at most
 one torn last line, which the next run drops; a failed episode is not saved, so the next run
 tries it again. Saved episodes of a run with other settings are refused, never mixed in.
+
+The file is never reached through a symbolic link (one at its path is refused, and it is opened
+with ``O_NOFOLLOW``), and nothing in it is changed before its first line has proved it to be a
+file of this class: a file that is not one is refused untouched.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import stat
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -41,28 +47,28 @@ class EpisodeLog:
     def load(self) -> dict[int, EpisodeResult]:
         """The episodes saved so far, by position (empty when there is no file).
 
-        A torn last line (the run was killed while writing it) is dropped from the file.
+        A torn last line (the run was killed while writing it) is dropped from the file, once
+        its first line has shown it to be a file of this run.
 
         Raises:
             ValueError: If the file was written by a run with other settings (naming each
-                setting that differs), or a line is not what this class writes (naming the
-                file, the line and the field).
+                setting that differs), a line is not what this class writes (naming the
+                file, the line and the field), or the path is a symbolic link or not a regular file.
         """
         self.lines = {}
-        if not self.path.is_file():
+        data, identity = self._read()
+        if data is None:
             return {}
-        data = self.path.read_bytes()
+        if not data.strip():
+            return {}
+        if b"\n" not in data:  # the settings line is written whole, with its newline, or not at all
+            raise ValueError(f"{self.path}, line 1: expected the settings line of saved episodes, got no whole line; "
+                             "delete the file or use another --out")
         lines = data.split(b"\n")
-        if data and not data.endswith(b"\n"):  # killed mid-line: keep the whole lines only
-            keep = len(data) - len(lines[-1])
-            with self.path.open("r+b") as f:
-                f.truncate(keep)
-            lines = lines[:-1]
+        torn = lines.pop()  # after the last newline: empty, or a line cut off when the run was killed
         lines = [x for x in lines if x.strip()]
-        if not lines:
-            return {}
         where = f"{self.path}, line 1"
-        header = self._json(lines[0], where)
+        header = self._json(lines[0], where) if lines else None
         if not isinstance(header, dict) or header.get("searchenv_episodes") != LOG_VERSION or \
                 not isinstance(header.get("settings"), dict):
             raise ValueError(f"{where}: expected the settings line of saved episodes "
@@ -76,6 +82,8 @@ class EpisodeLog:
             raise ValueError(f"{self.path} holds episodes of a run with other settings ({said}); rerun with the "
                              f"settings it was saved with to continue it, or use another --out (or delete the file) "
                              "to start again")
+        if torn:  # killed mid-line, in a file this class wrote: keep the whole lines only
+            self._truncate(len(data) - len(torn), identity)
         out: dict[int, EpisodeResult] = {}
         for number, line in enumerate(lines[1:], start=2):
             where = f"{self.path}, line {number}"
@@ -102,11 +110,16 @@ class EpisodeLog:
                  for pos, rec in items if rec.error is None]
         if not lines:
             return
-        if not self.path.is_file():
+        try:
+            info: os.stat_result | None = os.lstat(self.path)
+        except FileNotFoundError:
+            info = None
+        if info is None or (stat.S_ISREG(info.st_mode) and info.st_size == 0):
             self.path.parent.mkdir(parents=True, exist_ok=True)
             header = {"searchenv_episodes": LOG_VERSION, "settings": self.settings}
             atomic_write_lines(self.path, [json.dumps(header, ensure_ascii=False)])
-        with self.path.open("a", encoding="utf-8") as f:
+        fd = self._open(os.O_WRONLY | os.O_APPEND)
+        with os.fdopen(fd, "a", encoding="utf-8") as f:
             f.write("".join(line + "\n" for line in lines))
             f.flush()
             os.fsync(f.fileno())
@@ -114,6 +127,41 @@ class EpisodeLog:
     def remove(self) -> None:
         """Delete the file (the run is complete and its results are written)."""
         self.path.unlink(missing_ok=True)
+
+    def _open(self, flags: int) -> int:
+        """Open the file itself, never a link's target (``O_NOFOLLOW``), refusing anything but a regular file."""
+        try:
+            fd = os.open(self.path, flags | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+        except OSError as exc:
+            if exc.errno == errno.ELOOP or self.path.is_symlink():
+                raise ValueError(f"{self.path} is a symbolic link; saved episodes are read and written only in "
+                                 "their own file, never through a link: remove it or use another --out") from None
+            raise
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise ValueError(f"{self.path} is not a regular file; delete it or use another --out")
+        return fd
+
+    def _read(self) -> tuple[bytes | None, tuple[int, int]]:
+        """The file's bytes (None when there is no file) and its (device, inode)."""
+        try:
+            fd = self._open(os.O_RDONLY)
+        except FileNotFoundError:
+            return None, (0, 0)
+        with os.fdopen(fd, "rb") as f:
+            info = os.fstat(f.fileno())
+            return f.read(), (info.st_dev, info.st_ino)
+
+    def _truncate(self, size: int, identity: tuple[int, int]) -> None:
+        """Cut the file read as ``identity`` to ``size`` bytes (refused if another file took its place)."""
+        fd = self._open(os.O_WRONLY)
+        try:
+            info = os.fstat(fd)
+            if (info.st_dev, info.st_ino) != identity:
+                raise ValueError(f"{self.path} was replaced while it was read; run again")
+            os.ftruncate(fd, size)
+        finally:
+            os.close(fd)
 
     @staticmethod
     def _json(line: bytes, where: str) -> Any:

@@ -24,14 +24,19 @@ cannot be parsed counts as ``default`` (0 unless set) and is counted in ``stats`
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
 import math
+import random
 import re
+import secrets
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from agents.policies.base import Policy
+from agents.policies.base import GenerationError, Policy
 
 if TYPE_CHECKING:
     from searchenv.retrievers.base import Hit
@@ -381,13 +386,23 @@ CHOICE_TEMPLATE = (
     "Candidate answers:\n{candidates}\n\n"
     "Which candidate does the response give as its final answer? A candidate counts as given if the response "
     "states it or an equivalent name, spelling, abbreviation or form of it. If the response gives none of them, "
-    "or hedges between several, choose NONE.\n"
+    "or hedges between several, choose the candidate 'none of these'.\n"
     "Reply with exactly two lines:\n"
-    "CHOICE {nonce}: <the label of one candidate, or NONE>\n"
+    "CHOICE {nonce}: <the label of one candidate>\n"
     "REASON {nonce}: <one sentence>"
 )
-#: The label of the "none of these" candidate.
+#: The word a reply may use for the "none of these" candidate (which has a random label like every
+#: other candidate), and how a choice of it is recorded in :attr:`Judgement.choices`.
 NONE_LABEL = "NONE"
+#: The text of the "none of these" candidate.
+NONE_TEXT = "none of these"
+#: The fewest decoys a :class:`ChoiceAnswerJudge` accepts: with ``k`` decoys, an instruction that picks
+#: a candidate without knowing which is gold picks it in both passes with probability at most
+#: ``1/(k+1)**2`` when it goes by the candidates' order or labels (``1/(k+1)`` by their text).
+MIN_DECOYS = 2
+#: Each verdict method and the verdict it carries (a saved verdict must agree with its method).
+VERDICT_METHODS: dict[str, bool] = {"exact": True, "no_answer": False, "model": True, "model_wrong": False,
+                                    "inconsistent": False, "unparsed": False, "failed": False}
 _LABEL_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"
 
 
@@ -399,10 +414,12 @@ class Judgement:
         correct: Whether the answer was judged to give a gold answer.
         reason: The judge's own reason (parsed from its reply), or why no model was asked.
         method: ``exact`` (the answer equals a gold answer after normalisation: no model asked),
-            ``no_answer`` (nothing to judge), ``model`` (both passes chose a gold candidate),
+            ``no_answer`` (nothing to judge), ``model`` (both passes chose the gold candidate),
             ``model_wrong`` (both passes chose the same other candidate), ``inconsistent`` (the
-            passes chose different candidates), or ``unparsed`` (a reply named no candidate).
-        choices: Per pass, the candidate text chosen (``NONE`` for none, None if unparsed).
+            passes chose different candidates), ``unparsed`` (a reply named no candidate), or
+            ``failed`` (a request to the judge model failed: not judged, not counted in the
+            judge's accuracy, asked again by a rerun).
+        choices: Per pass, the candidate text chosen (``NONE`` for "none of these", None if unparsed).
     """
 
     correct: bool
@@ -419,6 +436,29 @@ def _neutralize(text: str, limit: int) -> str:
     """The answer as the judge sees it: bounded, without control characters or marker brackets."""
     text = "".join(ch if ch in "\n\t" or ch.isprintable() else " " for ch in text[:limit])
     return text.replace("[[", "[ [").replace("]]", "] ]")
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _normalized(text: str) -> str:
+    from searchenv.metrics import normalize_answer
+
+    return normalize_answer(text)
+
+
+def decoy_candidates(golds: Sequence[str], pool: Sequence[str]) -> list[str]:
+    """The answers of ``pool`` a judge may offer as decoys for a question with these gold answers.
+
+    One per normalised form (:func:`searchenv.metrics.normalize_answer`), in pool order, leaving
+    out those equal to a gold answer and those that normalise to nothing.
+    """
+    seen = {_normalized(g) for g in golds} | {""}
+    out = []
+    for d in pool:
+        norm = _normalized(d)
+        if norm not in seen:
+            seen.add(norm)
+            out.append(d)
+    return out
 
 
 def parse_choice(reply: str, nonce: str, labels: Sequence[str]) -> tuple[str | None, str]:
@@ -462,7 +502,7 @@ def parse_choice(reply: str, nonce: str, labels: Sequence[str]) -> tuple[str | N
 class _Pass:
     nonce: str
     labels: tuple[str, ...]
-    candidates: tuple[str, ...]
+    ids: tuple[int, ...]  # per label: the candidate group (0: gold, -1: none of these)
     messages: tuple[dict[str, str], ...]
 
 
@@ -479,35 +519,49 @@ class ChoiceAnswerJudge:
        normalisation (:func:`searchenv.metrics.exact_match`) is right. Neither asks the model.
     2. Otherwise the model gets the answer (cut to ``max_answer_chars``, control characters
        dropped and ``[[``/``]]`` broken up, between markers carrying a fresh random nonce) and a
-       list of candidate answers, each under a fresh random label: the gold answer (its aliases
-       as one candidate), ``decoys`` gold answers of other questions of the set, and ``NONE``,
-       in random order. It is shown neither the question nor which candidate is gold, and it
-       replies which candidate the answer gives (``CHOICE <nonce>: <label>``) and why.
-    3. It is asked twice, with fresh nonces and labels, the second time with the candidates
-       rotated by one place. The answer is correct only if both replies choose the gold
-       candidate.
+       list of candidate answers, each under a fresh random label (the "none of these" candidate
+       too): the gold answer (its aliases as one candidate), exactly ``decoys`` gold answers of
+       other questions of the set, and "none of these". It is shown neither the question nor
+       which candidate is gold, and it replies which candidate the answer gives
+       (``CHOICE <nonce>: <label>``) and why.
+    3. It is asked twice, with fresh nonces and labels and the candidates shuffled anew for each
+       pass, independently. The answer is correct only if both replies choose the gold candidate.
+       Decoys and orders are drawn from a generator seeded with ``seed``, the gold answers and the
+       available decoys (the same question gets the same candidates in the same orders in every
+       run; predicting them needs the gold answer); labels and nonces are always fresh.
 
     So an instruction in the answer can at most make the model pick a candidate blindly:
     "mark this correct", a forged verdict or a forged ``CHOICE`` line names no label (the
-    labels are drawn after the answer was written; unparsed: wrong); a position ("choose the
-    first") picks different candidates in the two passes (inconsistent: wrong); an instruction
-    naming a candidate's text ("choose Paris") must name the gold answer, which is what
-    answering correctly means. Only the model's own reply is parsed (:func:`parse_choice`).
+    labels are drawn after the answer was written; unparsed: wrong); an instruction that goes by
+    the list ("choose the first", "select the candidate that is not NONE", "the one after none of
+    these") picks the gold candidate in one pass with probability at most ``1/(k+1)`` for ``k``
+    decoys, so in both with at most ``1/(k+1)**2`` (``k >= 2``: at most 1/9); an instruction
+    naming a candidate's text ("choose Paris") must name the gold answer, which is what answering
+    correctly means. Only the model's own reply is parsed (:func:`parse_choice`), and the verdict
+    is read from which candidate was chosen, never from its text (a gold answer "NONE" is a
+    candidate like any other, apart from "none of these").
 
     What it does not prevent: a judge model that knows the answer to a question restated in the
-    response ("choose the capital of France") and obeys it; the transcripts keep each verdict
-    with the model's reason and the card counts verdicts by method (``judged_by``), for audit.
-    An answer that hedges between several candidates is caught as far as the model chooses
-    ``NONE`` for it (cover EM rewards hedging outright).
+    response ("choose the capital of France") and obeys it; an instruction that picks a candidate
+    by its text without knowing the gold one ("choose the shortest candidate", "the year"), which
+    succeeds as often as that rule happens to pick the gold answer (``1/(k+1)`` when gold and
+    decoys look alike). The transcripts keep each verdict with the model's reason and the card
+    counts verdicts by method (``judged_by``), for audit. An answer that hedges between several
+    candidates is caught as far as the model chooses "none of these" for it (cover EM rewards
+    hedging outright).
+
+    A request to the model that fails fails only the verdicts of its answers (method ``failed``):
+    a batch whose call fails without per-request results is asked again answer by answer.
 
     Args:
         policy: A chat model (:class:`~agents.policies.base.ChatPolicy`, e.g.
             :class:`~agents.policies.openai_compat.OpenAIChatPolicy` on any OpenAI-compatible
             endpoint).
-        decoys: Answers of other questions offered as candidates (fewer if the set has fewer).
+        decoys: Answers of other questions offered as candidates, at least :data:`MIN_DECOYS`;
+            :meth:`judge` refuses an answer whose pool has fewer.
         max_new_tokens: Tokens per reply.
         temperature: Sampling temperature (0: greedy).
-        seed: Request seed (None: the server's choice).
+        seed: Request seed, and the seed of decoys and candidate orders (None: fresh ones every time).
         max_answer_chars: The answer is cut to this many characters in the prompt.
         system_prompt: System message.
         template: User message with ``{response}``, ``{candidates}`` and ``{nonce}``.
@@ -527,12 +581,17 @@ class ChoiceAnswerJudge:
     ) -> None:
         if not callable(getattr(policy, "generate_chat", None)):
             raise TypeError(f"policy must be a chat model (generate_chat), got {type(policy).__name__}")
-        for name, value, low in (("decoys", decoys, 0), ("max_new_tokens", max_new_tokens, 1),
-                                 ("max_answer_chars", max_answer_chars, 1)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        if isinstance(decoys, bool) or not isinstance(decoys, int) or decoys < MIN_DECOYS:
+            raise ValueError(f"decoys must be an integer >= {MIN_DECOYS}, got {decoys!r}: with fewer, an "
+                             "instruction in the answer (\"select the candidate that is not NONE\") picks the gold "
+                             "candidate blindly too often")
+        for name, value in (("max_new_tokens", max_new_tokens), ("max_answer_chars", max_answer_chars)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         if not (isinstance(temperature, int | float) and math.isfinite(temperature) and temperature >= 0):
             raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise ValueError(f"seed must be an integer or None, got {seed!r}")
         for key in ("{response}", "{candidates}", "{nonce}"):
             if key not in template:
                 raise ValueError(f"template must contain {key}")
@@ -544,65 +603,89 @@ class ChoiceAnswerJudge:
         self.max_answer_chars = max_answer_chars
         self.system_prompt = system_prompt
         self.template = template
-        self.stats: dict[str, int] = {"asked": 0, "requests": 0, "unparsed": 0, "inconsistent": 0}
+        self.stats: dict[str, int] = {"asked": 0, "requests": 0, "unparsed": 0, "inconsistent": 0, "failed": 0}
 
     def describe(self) -> dict[str, Any]:
         """What makes two judges the same judge: model, prompts and settings (recorded on cards)."""
         return {"kind": "choice", "model": str(getattr(self.policy, "model", type(self.policy).__name__)),
                 "system_prompt": self.system_prompt,
-                "template": self.template, "decoys": self.decoys, "passes": 2,
+                "template": self.template, "decoys": self.decoys, "passes": 2, "order": "shuffled per pass",
                 "max_new_tokens": self.max_new_tokens, "temperature": self.temperature, "seed": self.seed,
                 "max_answer_chars": self.max_answer_chars}
 
-    def _passes(self, answer: str, groups: list[tuple[str, ...]]) -> tuple[_Pass, _Pass]:
-        import secrets
+    def _order_rng(self, golds: Sequence[str], others: Sequence[str]) -> random.Random:
+        if self.seed is None:
+            return secrets.SystemRandom()
+        key = json.dumps([self.seed, list(golds), sorted(others)], ensure_ascii=False)
+        return random.Random(int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big"))
 
-        rng = secrets.SystemRandom()
-        order = list(range(len(groups))) + [-1]  # -1: NONE
-        rng.shuffle(order)
+    def _passes(self, answer: str, groups: list[tuple[str, ...]], rng: random.Random) -> tuple[_Pass, _Pass]:
+        fresh = secrets.SystemRandom()
         passes = []
-        for rotation in (0, 1):
-            rotated = order[rotation:] + order[:rotation]
-            nonce = secrets.token_hex(4)
+        for _ in range(2):
+            order = list(range(len(groups))) + [-1]  # -1: none of these
+            rng.shuffle(order)  # each pass its own order: no position or neighbour carries over
             labels: list[str] = []
-            while len(labels) < len(rotated):
-                label = "".join(rng.choice(_LABEL_ALPHABET) for _ in range(4))
-                if label not in labels and label != NONE_LABEL:
+            while len(labels) < len(order):
+                label = "".join(fresh.choice(_LABEL_ALPHABET) for _ in range(4))
+                if label not in labels:
                     labels.append(label)
-            lines, texts = [], []
-            for label, g in zip(labels, rotated, strict=True):
-                if g < 0:
-                    lines.append(f"{NONE_LABEL}: none of these")
-                    texts.append(NONE_LABEL)
-                    continue
-                text = groups[g][0] + (f" (also: {'; '.join(groups[g][1:])})" if len(groups[g]) > 1 else "")
+            lines = []
+            for label, g in zip(labels, order, strict=True):
+                text = NONE_TEXT if g < 0 else groups[g][0] + (
+                    f" (also: {'; '.join(groups[g][1:])})" if len(groups[g]) > 1 else "")
                 lines.append(f"{label}: {_neutralize(text, 300)}")
-                texts.append(groups[g][0])
-            shown = [lab if t != NONE_LABEL else NONE_LABEL for lab, t in zip(labels, texts, strict=True)]
+            nonce = secrets.token_hex(4)
             user = self.template.format(response=_neutralize(answer, self.max_answer_chars),
                                         candidates="\n".join(lines), nonce=nonce)
             messages = ({"role": "system", "content": self.system_prompt}, {"role": "user", "content": user})
-            passes.append(_Pass(nonce, tuple(shown), tuple(texts), messages))
+            passes.append(_Pass(nonce, tuple(labels), tuple(order), messages))
         return passes[0], passes[1]
+
+    def _ask(self, conversations: list[list[dict[str, str]]]) -> list[Any]:
+        """One reply (a :class:`~agents.policies.base.Generation`) or the failure (a string) per conversation."""
+        error: BaseException
+        try:
+            gens = self.policy.generate_chat(conversations, max_new_tokens=self.max_new_tokens,
+                                             temperature=self.temperature, seed=self.seed)
+        except GenerationError as exc:
+            if len(exc.results) == len(conversations) == len(exc.errors):
+                return [r if r is not None else f"{type(exc).__name__}: {e or exc}"
+                        for r, e in zip(exc.results, exc.errors, strict=True)]
+            error = exc
+        except Exception as exc:  # any failure of the model or its server fails these verdicts, not the run
+            error = exc
+        else:
+            if len(gens) == len(conversations) and all(isinstance(getattr(g, "text", None), str) for g in gens):
+                return list(gens)
+            error = ValueError(f"the judge model returned {len(gens)} replies for {len(conversations)} requests")
+        if len(conversations) <= 2:
+            return [f"{type(error).__name__}: {error}"] * len(conversations)
+        out: list[Any] = []
+        for start in range(0, len(conversations), 2):  # answer by answer: one bad answer fails only its verdict
+            out += self._ask(conversations[start:start + 2])
+        return out
 
     def judge(self, items: Sequence[tuple[str | None, Sequence[str], Sequence[str]]]) -> list[Judgement]:
         """Judge answers, asking the model for all of them in one batched call.
 
         Args:
-            items: ``(answer, gold answers, decoy answers)`` per answer; the decoys
-                are answers of other questions (those equal to a gold answer are dropped, and
-                at most ``decoys`` are offered, chosen at random).
+            items: ``(answer, gold answers, decoy pool)`` per answer; the pool holds answers of
+                other questions (:func:`decoy_candidates` drops those equal to a gold answer), of
+                which ``decoys`` are offered.
 
         Returns:
-            One :class:`Judgement` per item, in order.
+            One :class:`Judgement` per item, in order; an item whose request to the model failed
+            gets a ``failed`` one (its reason says why).
+
+        Raises:
+            ValueError: If an answer the model would be asked about has fewer than ``decoys``
+                decoys in its pool (nothing is asked then).
         """
-        import secrets
+        from searchenv.metrics import exact_match
 
-        from searchenv.metrics import exact_match, normalize_answer
-
-        rng = secrets.SystemRandom()
         out: list[Judgement | None] = []
-        asked: list[tuple[int, tuple[_Pass, _Pass], str]] = []
+        asked: list[tuple[int, tuple[_Pass, _Pass], list[tuple[str, ...]]]] = []
         for i, (answer, golds, pool) in enumerate(items):
             if answer is None or not answer.strip():
                 out.append(Judgement(False, "no answer", "no_answer"))
@@ -610,39 +693,42 @@ class ChoiceAnswerJudge:
             if exact_match(answer, list(golds)):
                 out.append(Judgement(True, "equals a gold answer after normalisation", "exact"))
                 continue
-            gold_norms = {normalize_answer(g) for g in golds}
-            seen = set(gold_norms)
-            others = []
-            for d in pool:
-                if normalize_answer(d) not in seen:
-                    seen.add(normalize_answer(d))
-                    others.append(d)
-            chosen = rng.sample(others, min(self.decoys, len(others)))
-            groups: list[tuple[str, ...]] = [tuple(dict.fromkeys(golds))] + [(d,) for d in chosen]
+            others = decoy_candidates(golds, pool)
+            if len(others) < self.decoys:
+                raise ValueError(f"item {i}: {len(others)} decoy answer(s) in its pool (answers of other questions "
+                                 f"that equal no gold answer); the judge offers {self.decoys}")
+            rng = self._order_rng(golds, others)
+            groups: list[tuple[str, ...]] = [tuple(dict.fromkeys(golds))]
+            groups += [(d,) for d in rng.sample(sorted(others), self.decoys)]
             out.append(None)
-            asked.append((i, self._passes(answer, groups), str(golds[0])))
+            asked.append((i, self._passes(answer, groups, rng), groups))
         if asked:
-            conversations = [list(p.messages) for _, passes, _ in asked for p in passes]
-            gens = self.policy.generate_chat(conversations, max_new_tokens=self.max_new_tokens,
-                                             temperature=self.temperature, seed=self.seed)
+            replies = self._ask([list(p.messages) for _, passes, _ in asked for p in passes])
             self.stats["asked"] += len(asked)
-            self.stats["requests"] += len(conversations)
-            for k, (i, passes, gold) in enumerate(asked):
-                picks: list[str | None] = []
+            self.stats["requests"] += 2 * len(asked)
+            for k, (i, passes, groups) in enumerate(asked):
+                pair = replies[2 * k: 2 * k + 2]
+                failures = [r for r in pair if isinstance(r, str)]
+                if failures:
+                    self.stats["failed"] += 1
+                    out[i] = Judgement(False, f"the judge model failed: {failures[0]}"[:300], "failed")
+                    continue
+                picks: list[int | None] = []
                 reasons = []
-                for p, gen in zip(passes, gens[2 * k: 2 * k + 2], strict=True):
+                for p, gen in zip(passes, pair, strict=True):
                     label, reason = parse_choice(gen.text, p.nonce, p.labels)
-                    picks.append(None if label is None else p.candidates[p.labels.index(label)])
+                    picks.append(None if label is None else -1 if label == NONE_LABEL else p.ids[p.labels.index(label)])
                     reasons.append(reason)
+                texts = tuple(None if g is None else NONE_LABEL if g < 0 else groups[g][0] for g in picks)
                 if None in picks:
                     self.stats["unparsed"] += 1
-                    verdict = Judgement(False, reasons[0] or "the judge named no candidate", "unparsed", tuple(picks))
+                    verdict = Judgement(False, reasons[0] or "the judge named no candidate", "unparsed", texts)
                 elif picks[0] != picks[1]:
                     self.stats["inconsistent"] += 1
-                    verdict = Judgement(False, reasons[0], "inconsistent", tuple(picks))
-                elif picks[0] == gold:
-                    verdict = Judgement(True, reasons[0], "model", tuple(picks))
+                    verdict = Judgement(False, reasons[0], "inconsistent", texts)
+                elif picks[0] == 0:
+                    verdict = Judgement(True, reasons[0], "model", texts)
                 else:
-                    verdict = Judgement(False, reasons[0], "model_wrong", tuple(picks))
+                    verdict = Judgement(False, reasons[0], "model_wrong", texts)
                 out[i] = verdict
         return [j for j in out if j is not None]

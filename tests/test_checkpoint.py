@@ -575,3 +575,54 @@ def test_resume_on_another_model_is_refused_and_config_json_kept(world: Path, tm
     assert config.read_text() == before
     res = train("sft", sft_config(world, run, tmp_path, lora=True, lora_r=2, steps=2), "--resume")
     assert res.exit_code == 0, res.output
+
+
+def _lora_checkpoint(run: Path) -> dict[str, Any]:
+    """A LoRA "run" of the tiny model (r=2 on q_proj, v_proj) saved as the trainers save it."""
+    from peft import LoraConfig, get_peft_model
+
+    from tests.tiny_model import build_tiny_model
+
+    model = get_peft_model(build_tiny_model(0)[0], LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"]))
+    state = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    config = {"lora_r": 2, "lora_alpha": 4, "lora_dropout": 0.0, "lora_target_modules": ["q_proj", "v_proj"]}
+    ckpt = {"kind": "sft", "step": 1, "model": state, "lora": True, "config": config}
+    save_checkpoint(run, ckpt)
+    return ckpt
+
+
+@pytest.mark.parametrize("damage", ["half", "nan"])
+def test_init_from_refuses_adapters_that_do_not_fit(tmp_path: Path, damage: str) -> None:
+    # before: half the adapters were merged (the rest silently absent); NaN adapters were merged
+    from agents.trainers.checkpoints import CheckpointError
+    from agents.trainers.models import load_weights
+    from tests.tiny_model import tiny_policy
+
+    ckpt = _lora_checkpoint(tmp_path / "run")
+    keys = sorted(ckpt["model"])
+    if damage == "half":
+        ckpt["model"] = {k: ckpt["model"][k] for k in keys[: len(keys) // 2]}
+    else:
+        ckpt["model"][keys[0]][0, 0] = float("nan")
+    save_checkpoint(tmp_path / "run", ckpt)
+    policy = tiny_policy(seed=0)
+    message = r"tensors missing" if damage == "half" else r"holds 1 NaN or infinite values"
+    with pytest.raises(CheckpointError, match=message):
+        load_weights(policy, tmp_path / "run")
+    assert not any("lora" in n for n, _ in policy.model.named_modules())  # the adapter layers were taken out
+    # a good one still merges
+    _lora_checkpoint(tmp_path / "good")
+    load_weights(policy, tmp_path / "good")
+
+
+def test_init_from_refuses_full_weights_that_are_not_finite(tmp_path: Path) -> None:
+    # before: NaN weights were loaded and every later loss was NaN
+    from agents.trainers.checkpoints import CheckpointError
+    from agents.trainers.models import load_weights
+    from tests.tiny_model import tiny_policy
+
+    state = {k: v.clone() for k, v in tiny_policy(seed=1).model.state_dict().items()}
+    state["model.norm.weight"][3] = float("inf")
+    save_checkpoint(tmp_path / "run", {"kind": "sft", "step": 1, "model": state, "lora": False, "config": {}})
+    with pytest.raises(CheckpointError, match=r"model\['model.norm.weight'\] holds 1 NaN or infinite"):
+        load_weights(tiny_policy(seed=0), tmp_path / "run")

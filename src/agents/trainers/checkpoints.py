@@ -403,11 +403,14 @@ def _few(keys: Sequence[Any]) -> str:
     return ", ".join(repr(k) for k in list(keys)[:3]) + (", ..." if len(keys) > 3 else "")
 
 
-def check_state_dict(path: Path, entry: str, saved: Any, expected: Mapping[str, torch.Tensor]) -> None:
+def check_state_dict(
+    path: Path, entry: str, saved: Any, expected: Mapping[str, torch.Tensor], *, same_dtype: bool = True
+) -> None:
     """Check the state dict ``saved`` (the checkpoint's ``entry``) against the tensors it will replace.
 
     The keys must be exactly those of ``expected`` (none missing, none unexpected), each tensor of
-    the same shape and dtype, and every floating-point value finite.
+    the same shape and dtype (with ``same_dtype=False``: floating point where the model's is, as
+    loading casts it), and every floating-point value finite.
 
     Raises:
         CheckpointError: Naming the file, the entry and the first key that does not fit.
@@ -423,7 +426,9 @@ def check_state_dict(path: Path, entry: str, saved: Any, expected: Mapping[str, 
         )
     for key, want in expected.items():
         got = saved[key]
-        if got.shape != want.shape or got.dtype != want.dtype:
+        dtype_fits = got.dtype == want.dtype or (
+            not same_dtype and got.is_floating_point() == want.is_floating_point())
+        if got.shape != want.shape or not dtype_fits:
             raise CheckpointError(
                 f"checkpoint {path}: {entry}[{key!r}] is {got.dtype} {tuple(got.shape)}, this run's model has "
                 f"{want.dtype} {tuple(want.shape)}; {_FIT_TO_DO}"

@@ -401,7 +401,7 @@ def _small_run(tmp_path: Path, *, lora: bool = False, steps: int = 2) -> dict[st
         live["optimizer"].step()
         live["scheduler"].step()
         live["optimizer"].zero_grad()
-    save_training_state(cfg.output_dir, "sft", steps, cursor=2, **{k: live[k] for k in
+    save_training_state(cfg.output_dir, "sft", max(steps, 1), cursor=2, **{k: live[k] for k in
                         ("model", "cfg", "optimizer", "scheduler", "gen")})
     return {"run": Path(cfg.output_dir), "fresh": fresh, "live": live}
 
@@ -429,6 +429,15 @@ def test_a_good_checkpoint_still_resumes_exactly(tmp_path: Path) -> None:
         assert step == 2 and into["order"].cursor == 2
         for a, b in zip(into["model"].parameters(), small["live"]["model"].parameters(), strict=True):
             assert torch.equal(a, b)
+
+
+def test_a_step_without_an_optimizer_step_still_resumes(tmp_path: Path) -> None:
+    """A GRPO step whose groups all lacked signal takes no optimizer step: no Adam moments yet, rightly."""
+    from agents.trainers.checkpoints import restore_training_state
+
+    small = _small_run(tmp_path, steps=0)
+    assert load_checkpoint(small["run"])["optimizer"]["state"] == {}  # type: ignore[index]
+    assert restore_training_state(small["run"], kind="sft", **small["fresh"]())[0] == 1
 
 
 def _drop_half(ckpt: dict[str, Any]) -> None:
@@ -484,7 +493,8 @@ OPTIMIZER_DAMAGE = {
     "truncated": (lambda c: c["optimizer"]["state"][0].update(exp_avg=c["optimizer"]["state"][0]["exp_avg"][:1]),
                   r"optimizer state\[0\]\['exp_avg'\] has shape \(1, 4\), its parameter \(3, 4\)"),
     # before: an emptied optimizer state resumed silently (Adam restarted from zero moments)
-    "emptied": (lambda c: c["optimizer"].update(state={}), r"optimizer state has nothing for parameter 0"),
+    "emptied": (lambda c: c["optimizer"].update(state={}),
+                r"optimizer state has nothing for parameter 0 \(shape \(3, 4\)\) though the optimizer has taken"),
     "lacking": (lambda c: c["optimizer"]["state"][1].pop("exp_avg_sq"), r"state\[1\] lacks \['exp_avg_sq'\]"),
     "nan": (lambda c: c["optimizer"]["state"][2]["exp_avg"].fill_(float("nan")),
             r"optimizer state\[2\]\['exp_avg'\] holds 6 NaN"),

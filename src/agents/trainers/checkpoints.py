@@ -255,8 +255,10 @@ def restore_training_state(
         raise CheckpointError(f"checkpoint {path} holds lora = {ckpt['lora']!r:.40}, this run lora = {cfg.lora}: "
                               f"{_TO_DO}")
     check_state_dict(path, "model", ckpt["model"], _saved_entries(model, trainable_only=cfg.lora))
-    check_optimizer_state(path, ckpt["optimizer"], optimizer, stepped=ckpt["step"] > 0)
     _check_scheduler_state(path, ckpt["scheduler"], scheduler)
+    # the scheduler steps with the optimizer: past its first step, every parameter has Adam moments
+    # (a GRPO step whose groups all lacked signal takes no optimizer step)
+    check_optimizer_state(path, ckpt["optimizer"], optimizer, stepped=ckpt["scheduler"]["last_epoch"] > 0)
     for key, module in modules.items():
         check_state_dict(path, key, ckpt[key], module.state_dict())
     try:
@@ -455,7 +457,7 @@ def check_optimizer_state(path: Path, saved: Any, optimizer: torch.optim.Optimiz
     The parameter groups must match in number, size and settings, and their learning rates be
     finite. Each parameter's state must be complete (Adam's ``step``, ``exp_avg``, ``exp_avg_sq``),
     every tensor of its parameter's shape (scalars aside), finite, and second moments non-negative.
-    With ``stepped`` (the checkpoint is past step 0) every parameter must have a state.
+    With ``stepped`` (the optimizer has taken a step) every parameter must have a state.
 
     Raises:
         CheckpointError: Naming the file, the group or parameter index and the entry.
@@ -493,7 +495,7 @@ def check_optimizer_state(path: Path, saved: Any, optimizer: torch.optim.Optimiz
         if st is None:
             if stepped:
                 raise CheckpointError(f"{where} state has nothing for parameter {pid} (shape {tuple(param.shape)}) "
-                                      f"though the run has taken steps: {_TO_DO}")
+                                      f"though the optimizer has taken steps: {_TO_DO}")
             continue
         if not isinstance(st, Mapping):
             raise CheckpointError(f"{where} state[{pid}] is not a dict: {_TO_DO}")

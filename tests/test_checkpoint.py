@@ -366,3 +366,273 @@ def test_a_checkpoint_with_a_negative_step_is_refused(world: Path, tmp_path: Pat
         res = train("sft", sft_config(world, run, tmp_path, steps=2), "--resume")
         assert_clean_error(res, str(run / CHECKPOINT_NAME), f"{key} = {value!r}", "non-negative integer")
     assert [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [1]
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 42: 10. A checkpoint is checked against the run that resumes it
+# ---------------------------------------------------------------------------------------------
+
+
+def _small_run(tmp_path: Path, *, lora: bool = False, steps: int = 2) -> dict[str, Any]:
+    """A small model trained ``steps`` AdamW steps and checkpointed; ``lora`` freezes its first layer.
+
+    Returns what :func:`restore_training_state` needs to resume it into a fresh model.
+    """
+    from agents.trainers.data import DataOrder
+    from agents.trainers.sft import SFTConfig
+
+    cfg = SFTConfig(output_dir=str(tmp_path / "run"), lora=lora, learning_rate=1e-2, save_every=1)
+
+    def fresh() -> dict[str, Any]:
+        gen = torch.Generator().manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
+        with torch.no_grad():
+            for p in model.parameters():
+                p.normal_(generator=gen)
+        if lora:
+            model[0].requires_grad_(False)
+        opt = make_optimizer([p for p in model.parameters() if p.requires_grad], cfg)
+        return {"cfg": cfg, "model": model, "optimizer": opt, "scheduler": make_scheduler(opt, cfg, 10),
+                "gen": np.random.default_rng(0), "order": DataOrder(5, 0)}
+
+    live = fresh()
+    for _ in range(steps):
+        live["model"](torch.ones(2, 4)).square().sum().backward()
+        live["optimizer"].step()
+        live["scheduler"].step()
+        live["optimizer"].zero_grad()
+    save_training_state(cfg.output_dir, "sft", max(steps, 1), cursor=2, **{k: live[k] for k in
+                        ("model", "cfg", "optimizer", "scheduler", "gen")})
+    return {"run": Path(cfg.output_dir), "fresh": fresh, "live": live}
+
+
+def _tamper(run: Path, change: Any) -> None:
+    ckpt = load_checkpoint(run)
+    assert ckpt is not None
+    change(ckpt)
+    save_checkpoint(run, ckpt)
+
+
+def _resume(small: dict[str, Any], **extra: Any) -> Any:
+    from agents.trainers.checkpoints import restore_training_state
+
+    return restore_training_state(small["run"], kind="sft", **small["fresh"](), **extra)
+
+
+def test_a_good_checkpoint_still_resumes_exactly(tmp_path: Path) -> None:
+    for lora in (False, True):
+        small = _small_run(tmp_path / str(lora), lora=lora)
+        from agents.trainers.checkpoints import restore_training_state
+
+        into = small["fresh"]()
+        step, _ = restore_training_state(small["run"], kind="sft", **into)
+        assert step == 2 and into["order"].cursor == 2
+        for a, b in zip(into["model"].parameters(), small["live"]["model"].parameters(), strict=True):
+            assert torch.equal(a, b)
+
+
+def test_a_step_without_an_optimizer_step_still_resumes(tmp_path: Path) -> None:
+    """A GRPO step whose groups all lacked signal takes no optimizer step: no Adam moments yet, rightly."""
+    from agents.trainers.checkpoints import restore_training_state
+
+    small = _small_run(tmp_path, steps=0)
+    assert load_checkpoint(small["run"])["optimizer"]["state"] == {}  # type: ignore[index]
+    assert restore_training_state(small["run"], kind="sft", **small["fresh"]())[0] == 1
+
+
+def _drop_half(ckpt: dict[str, Any]) -> None:
+    ckpt["model"] = dict(list(ckpt["model"].items())[: len(ckpt["model"]) // 2])
+
+
+def _extra_key(ckpt: dict[str, Any]) -> None:
+    ckpt["model"]["0.weight_extra"] = torch.zeros(3, 4)
+
+
+MODEL_DAMAGE = {
+    # before: load_state_dict(strict=False) resumed these silently, the absent tensors from the base weights
+    "empty": (lambda c: c.update(model={}), r"model does not fit this run's model: 4 of its 4 tensors missing"),
+    "half": (_drop_half, r"model does not fit .* 2 of its 4 tensors missing \('1.weight', '1.bias'\)"),
+    "unexpected": (_extra_key, r"1 unexpected \('0.weight_extra'\)"),
+    "shape": (lambda c: c["model"].update({"1.bias": torch.zeros(3)}),
+              r"model\['1.bias'\] is torch.float32 \(3,\), this run's model has torch.float32 \(2,\)"),
+    "dtype": (lambda c: c["model"].update({"1.bias": c["model"]["1.bias"].double()}), r"is torch.float64 \(2,\)"),
+    # before: NaN weights resumed and every later loss was NaN (logged as null)
+    "nan": (lambda c: c["model"]["0.weight"].__setitem__((0, 0), float("nan")),
+            r"model\['0.weight'\] holds 1 NaN or infinite values \(of 12\)"),
+    "inf": (lambda c: c["model"]["1.bias"].fill_(float("inf")), r"model\['1.bias'\] holds 2 NaN or infinite"),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(MODEL_DAMAGE))
+def test_resume_refuses_model_weights_that_do_not_fit(tmp_path: Path, damage: str) -> None:
+    from agents.trainers.checkpoints import CheckpointError
+
+    small = _small_run(tmp_path)
+    change, message = MODEL_DAMAGE[damage]
+    _tamper(small["run"], change)
+    with pytest.raises(CheckpointError, match=message) as err:
+        _resume(small)
+    assert str(small["run"] / CHECKPOINT_NAME) in str(err.value)
+
+
+def test_a_lora_resume_refuses_missing_adapter_weights(tmp_path: Path) -> None:
+    from agents.trainers.checkpoints import CheckpointError
+
+    small = _small_run(tmp_path, lora=True)
+    _tamper(small["run"], lambda c: c["model"].pop("1.weight"))
+    with pytest.raises(CheckpointError, match=r"1 of its 2 tensors missing \('1.weight'\)"):
+        _resume(small)
+
+
+def _first_state(ckpt: dict[str, Any]) -> dict[str, Any]:
+    return dict(ckpt["optimizer"]["state"][0])
+
+
+OPTIMIZER_DAMAGE = {
+    # before: a truncated exp_avg loaded and the first step crashed with a traceback
+    "truncated": (lambda c: c["optimizer"]["state"][0].update(exp_avg=c["optimizer"]["state"][0]["exp_avg"][:1]),
+                  r"optimizer state\[0\]\['exp_avg'\] has shape \(1, 4\), its parameter \(3, 4\)"),
+    # before: an emptied optimizer state resumed silently (Adam restarted from zero moments)
+    "emptied": (lambda c: c["optimizer"].update(state={}),
+                r"optimizer state has nothing for parameter 0 \(shape \(3, 4\)\) though the optimizer has taken"),
+    "lacking": (lambda c: c["optimizer"]["state"][1].pop("exp_avg_sq"), r"state\[1\] lacks \['exp_avg_sq'\]"),
+    "nan": (lambda c: c["optimizer"]["state"][2]["exp_avg"].fill_(float("nan")),
+            r"optimizer state\[2\]\['exp_avg'\] holds 6 NaN"),
+    "negative": (lambda c: c["optimizer"]["state"][3]["exp_avg_sq"].fill_(-1.0), r"\['exp_avg_sq'\] holds negative"),
+    "stray": (lambda c: c["optimizer"]["state"].update({9: _first_state(c)}), r"parameters 9 that no group lists"),
+    "groups": (lambda c: c["optimizer"]["param_groups"][0]["params"].pop(), r"group 0 has 3 parameters, this run's"),
+    "betas": (lambda c: c["optimizer"]["param_groups"][0].update(betas=(0.5, 0.5)), r"group 0 has betas = \(0.5"),
+    "lr": (lambda c: c["optimizer"]["param_groups"][0].update(lr=float("nan")), r"group 0 has lr = nan"),
+    "scheduler": (lambda c: c["scheduler"].update(base_lrs=[1.0]), r"scheduler holds base_lrs = \[1.0\]"),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(OPTIMIZER_DAMAGE))
+def test_resume_refuses_optimizer_state_that_does_not_fit(tmp_path: Path, damage: str) -> None:
+    from agents.trainers.checkpoints import CheckpointError
+
+    small = _small_run(tmp_path)
+    change, message = OPTIMIZER_DAMAGE[damage]
+    _tamper(small["run"], change)
+    with pytest.raises(CheckpointError, match=message) as err:
+        _resume(small)
+    assert str(small["run"] / CHECKPOINT_NAME) in str(err.value)
+
+
+def test_resume_refuses_an_extra_module_that_does_not_fit(tmp_path: Path) -> None:
+    """PPO's value head goes through the same checks (here: NaN)."""
+    from agents.trainers.checkpoints import CheckpointError
+
+    small = _small_run(tmp_path)
+    head = torch.nn.Linear(3, 1)
+    _tamper(small["run"], lambda c: c.update(value_head={k: torch.full_like(v, float("nan"))
+                                                         for k, v in head.state_dict().items()}))
+    with pytest.raises(CheckpointError, match=r"value_head\['weight'\] holds 3 NaN"):
+        _resume(small, extra={"value_head": head})
+
+
+@pytest.mark.parametrize(("field", "value"), [("learning_rate", 0.5), ("batch_size", 3), ("num_demos", 7),
+                                              ("model", "other-model"), ("seed", 4), ("lora_r", 8)])
+def test_resume_refuses_a_changed_setting_naming_it(tmp_path: Path, field: str, value: Any) -> None:
+    # before: the checkpoint's config was never compared; the run resumed under the new settings
+    from agents.trainers.checkpoints import CheckpointError
+
+    small = _small_run(tmp_path)
+    saved = load_checkpoint(small["run"])["config"][field]  # type: ignore[index]
+    into = small["fresh"]()
+    into["cfg"] = type(into["cfg"])(**{**into["cfg"].to_dict(), field: value})
+    from agents.trainers.checkpoints import restore_training_state
+
+    with pytest.raises(CheckpointError, match=rf"{field} = {saved!r} saved, {value!r} now"):
+        restore_training_state(small["run"], kind="sft", **into)
+
+
+def test_resume_may_change_where_it_runs_and_how_far_it_goes(tmp_path: Path) -> None:
+    from agents.trainers.checkpoints import CheckpointError, restore_training_state
+
+    small = _small_run(tmp_path)
+    into = small["fresh"]()
+    into["cfg"] = type(into["cfg"])(**{**into["cfg"].to_dict(), "steps": 99, "save_every": 3, "threads": 1,
+                                       "micro_batch_size": 1, "progress": False})
+    assert restore_training_state(small["run"], kind="sft", **into)[0] == 2
+    # but not the length of a schedule that depends on it
+    cosine = _small_run(tmp_path / "cosine")
+    _tamper(cosine["run"], lambda c: c["config"].update(lr_schedule="cosine"))
+    into = cosine["fresh"]()
+    into["cfg"] = type(into["cfg"])(**{**into["cfg"].to_dict(), "lr_schedule": "cosine", "steps": 99})
+    with pytest.raises(CheckpointError, match=r"steps = 60 saved, 99 now"):
+        restore_training_state(cosine["run"], kind="sft", **into)
+
+
+def test_resume_on_another_model_is_refused_and_config_json_kept(world: Path, tmp_path: Path) -> None:
+    """Through the CLI: adapters trained on model A are not resumed on model B of the same shapes."""
+    # before: exit 0, and config.json was rewritten to name model B
+    from tests.tiny_model import build_tiny_model
+
+    other = tmp_path / "model_b"
+    model, tok = build_tiny_model(seed=1)
+    model.save_pretrained(other)
+    tok.save_pretrained(other)
+    run = tmp_path / "run"
+    assert train("sft", sft_config(world, run, tmp_path, lora=True, lora_r=2)).exit_code == 0
+    config = run / "config.json"
+    before = config.read_text()
+    res = train("sft", sft_config(world, run, tmp_path, lora=True, lora_r=2, steps=2, model=str(other)), "--resume")
+    assert_clean_error(res, str(run / CHECKPOINT_NAME), f"model = '{world / 'model'}' saved, '{other}' now")
+    res = train("sft", sft_config(world, run, tmp_path, lora=True, lora_r=2, steps=2, learning_rate=0.5),
+                "--resume")
+    assert_clean_error(res, "learning_rate = 0.001 saved, 0.5 now")
+    assert config.read_text() == before
+    res = train("sft", sft_config(world, run, tmp_path, lora=True, lora_r=2, steps=2), "--resume")
+    assert res.exit_code == 0, res.output
+
+
+def _lora_checkpoint(run: Path) -> dict[str, Any]:
+    """A LoRA "run" of the tiny model (r=2 on q_proj, v_proj) saved as the trainers save it."""
+    from peft import LoraConfig, get_peft_model
+
+    from tests.tiny_model import build_tiny_model
+
+    model = get_peft_model(build_tiny_model(0)[0], LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"]))
+    state = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    config = {"lora_r": 2, "lora_alpha": 4, "lora_dropout": 0.0, "lora_target_modules": ["q_proj", "v_proj"]}
+    ckpt = {"kind": "sft", "step": 1, "model": state, "lora": True, "config": config}
+    save_checkpoint(run, ckpt)
+    return ckpt
+
+
+@pytest.mark.parametrize("damage", ["half", "nan"])
+def test_init_from_refuses_adapters_that_do_not_fit(tmp_path: Path, damage: str) -> None:
+    # before: half the adapters were merged (the rest silently absent); NaN adapters were merged
+    from agents.trainers.checkpoints import CheckpointError
+    from agents.trainers.models import load_weights
+    from tests.tiny_model import tiny_policy
+
+    ckpt = _lora_checkpoint(tmp_path / "run")
+    keys = sorted(ckpt["model"])
+    if damage == "half":
+        ckpt["model"] = {k: ckpt["model"][k] for k in keys[: len(keys) // 2]}
+    else:
+        ckpt["model"][keys[0]][0, 0] = float("nan")
+    save_checkpoint(tmp_path / "run", ckpt)
+    policy = tiny_policy(seed=0)
+    message = r"tensors missing" if damage == "half" else r"holds 1 NaN or infinite values"
+    with pytest.raises(CheckpointError, match=message):
+        load_weights(policy, tmp_path / "run")
+    assert not any("lora" in n for n, _ in policy.model.named_modules())  # the adapter layers were taken out
+    # a good one still merges
+    _lora_checkpoint(tmp_path / "good")
+    load_weights(policy, tmp_path / "good")
+
+
+def test_init_from_refuses_full_weights_that_are_not_finite(tmp_path: Path) -> None:
+    # before: NaN weights were loaded and every later loss was NaN
+    from agents.trainers.checkpoints import CheckpointError
+    from agents.trainers.models import load_weights
+    from tests.tiny_model import tiny_policy
+
+    state = {k: v.clone() for k, v in tiny_policy(seed=1).model.state_dict().items()}
+    state["model.norm.weight"][3] = float("inf")
+    save_checkpoint(tmp_path / "run", {"kind": "sft", "step": 1, "model": state, "lora": False, "config": {}})
+    with pytest.raises(CheckpointError, match=r"model\['model.norm.weight'\] holds 1 NaN or infinite"):
+        load_weights(tiny_policy(seed=0), tmp_path / "run")

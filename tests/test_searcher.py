@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -178,3 +180,205 @@ def test_the_packaged_searcher_is_found_with_its_adapters() -> None:
     assert files and all(f.is_file() for f in files)
     assert sum(f.stat().st_size for f in PACKAGED.iterdir()) <= 40 * 2**20
     assert [a["kind"] for a in manifest["adapters"]] == ["sft", "grpo"]
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 42: 11. The adapters folder is not trusted
+# ---------------------------------------------------------------------------------------------
+
+TEXT = "<search> where was Velora Quenn born </search>"
+
+
+def _full_weight_searcher(tmp_path: Path) -> Path:
+    """A searcher exported from a full-weight "run" of the tiny model: embedding, linear and norm changes."""
+    from agents.trainers.checkpoints import save_checkpoint
+
+    gen = torch.Generator().manual_seed(1)
+    target = {k: v + 0.05 * torch.randn(v.shape, generator=gen) if v.dim() == 2 else v.clone()
+              for k, v in tiny_policy(seed=0).model.state_dict().items()}
+    target["model.norm.weight"] *= 1.1
+    save_checkpoint(tmp_path / "full", {"kind": "sft", "step": 1, "model": target, "lora": False, "config": {}})
+    return export_searcher([tmp_path / "full"], tmp_path / "searcher", ranks=[4], base_policy=tiny_policy(seed=0))
+
+
+def _lora_searcher(tmp_path: Path) -> Path:
+    """A searcher exported from a LoRA "run" (r=2, alpha=4) of the tiny model."""
+    from peft import LoraConfig, get_peft_model
+
+    from agents.trainers.checkpoints import save_checkpoint
+    from tests.tiny_model import build_tiny_model
+
+    model = get_peft_model(build_tiny_model(0)[0], LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"]))
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0.0, 0.5, generator=gen)
+    state = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    config = {"lora_r": 2, "lora_alpha": 4, "lora_target_modules": ["q_proj", "v_proj"]}
+    save_checkpoint(tmp_path / "lora", {"kind": "sft", "step": 1, "model": state, "lora": True, "config": config})
+    return export_searcher([tmp_path / "lora"], tmp_path / "lora_searcher")
+
+
+Change = Callable[[dict[str, Any]], None]
+
+
+def _edit(folder: Path, spec: dict[str, Any] | None = None, tensors: Change | None = None) -> None:
+    """Change the first adapter's manifest entry (``spec`` items) and/or its tensors (a function of them)."""
+    import json
+
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    manifest = json.loads((folder / "searcher.json").read_text())
+    manifest["adapters"][0].update(spec or {})
+    (folder / "searcher.json").write_text(json.dumps(manifest))
+    if tensors is not None:
+        file = folder / "adapter0.safetensors"
+        with safe_open(str(file), "pt") as fh:
+            meta, values = fh.metadata(), {k: fh.get_tensor(k) for k in fh.keys()}  # noqa: SIM118
+        tensors(values)
+        save_file(values, str(file), metadata=None if tensors is _legacy else meta)
+
+
+def _untouched(policy) -> bool:  # type: ignore[no-untyped-def]
+    """The policy's model still is the base model: no adapter layers, its logits those of a fresh one."""
+    clean = not any("lora" in n or "modules_to_save" in n for n, _ in policy.model.named_modules())
+    return clean and torch.equal(_logits(policy, TEXT), _logits(tiny_policy(seed=0), TEXT))
+
+
+def test_good_adapters_still_load_and_change_the_model(tmp_path: Path) -> None:
+    for folder in (_full_weight_searcher(tmp_path), _lora_searcher(tmp_path)):
+        loaded = load_searcher(folder, policy=tiny_policy(seed=0))
+        assert not torch.allclose(_logits(loaded, TEXT), _logits(tiny_policy(seed=0), TEXT), atol=1e-3)
+
+
+@pytest.mark.parametrize("name", ["../../../../etc/hostname", "/etc/hostname", "sub/adapter0.safetensors",
+                                  "..", "adapter0.safetensors/..", "adapter0.pt"])
+def test_an_adapter_path_leading_out_of_the_folder_is_refused(tmp_path: Path, name: str) -> None:
+    # before: the path was joined to the folder and opened (../../../../etc/hostname was read)
+    folder = _full_weight_searcher(tmp_path)
+    _edit(folder, {"file": name})
+    with pytest.raises(ValueError, match=r"searcher.json: adapters\[0\]\.file = .*no folders, no '\.\.'"):
+        load_searcher(folder, policy=tiny_policy(seed=0))
+
+
+def test_an_adapter_symlink_leading_out_is_neither_loaded_nor_copied(tmp_path: Path) -> None:
+    # before: load_searcher merged the outside file, copy_searcher copied it into the package
+    from agents.baselines.searcher import copy_searcher
+
+    folder = _full_weight_searcher(tmp_path)
+    outside = tmp_path / "outside.safetensors"
+    (folder / "adapter0.safetensors").rename(outside)
+    (folder / "adapter0.safetensors").symlink_to(outside)
+    policy = tiny_policy(seed=0)
+    with pytest.raises(ValueError, match=r"adapter0.safetensors leads out of the searcher's folder"):
+        load_searcher(folder, policy=policy)
+    assert _untouched(policy)
+    with pytest.raises(ValueError, match=r"leads out of the searcher's folder"):
+        copy_searcher(folder, tmp_path / "copy")
+    assert not (tmp_path / "copy").exists()
+    (folder / "adapter0.safetensors").unlink()
+    (folder / "adapter0.safetensors").symlink_to("../outside.safetensors")
+    with pytest.raises(ValueError, match=r"leads out"):
+        load_searcher(folder, policy=tiny_policy(seed=0))
+
+
+def _legacy(t: dict[str, Any]) -> None:
+    """No change to the tensors; the file loses the r and alpha its header records (as the packaged ones)."""
+
+
+def _zero_embedding(t: dict[str, Any]) -> None:
+    t["base_model.model.model.embed_tokens.weight"] = torch.zeros(len(tiny_policy(seed=0).tokenizer), 64).half()
+
+
+def _nan(t: dict[str, Any]) -> None:
+    key = next(k for k in sorted(t) if k.endswith("lora_A.default.weight"))
+    t[key][0, 0] = float("nan")
+
+
+def _drop_factor(t: dict[str, Any]) -> None:
+    t.pop(next(k for k in sorted(t) if "layers.1.self_attn.q_proj.lora_B" in k))
+
+
+def _undeclared_norm(t: dict[str, Any]) -> None:
+    t["base_model.model.model.layers.0.input_layernorm.modules_to_save.default.weight"] = torch.ones(64).half()
+
+
+def _int_factor(t: dict[str, Any]) -> None:
+    key = next(k for k in sorted(t) if k.endswith("lora_A.default.weight"))
+    t[key] = t[key].to(torch.int16)
+
+
+ADAPTER_DAMAGE: dict[str, tuple[dict[str, Any], Change | None, str]] = {
+    # before: applied (the zeroed embedding overwrote the base model's)
+    "non-lora key": ({}, _zero_embedding, r"'base_model.model.model.embed_tokens.weight' is neither a LoRA factor"),
+    "undeclared modules_to_save": ({"modules_to_save": ["model.norm"]}, _undeclared_norm,
+                                   r"replaces model.layers.0.input_layernorm, which .* modules_to_save does not"),
+    "undeclared target": ({"target_modules": ["k_proj", "o_proj"]}, None, r"adapts .*, which target_modules"),
+    # before: NaN factors accepted (the merged model produced NaN)
+    "nan": ({}, _nan, r"holds 1 NaN or infinite values"),
+    "integer": ({}, _int_factor, r"is not a floating-point tensor"),
+    # before: a changed alpha was accepted and scaled the change
+    "alpha": ({"alpha": 8}, None, r"adapters\[0\]\.alpha = 8, but r = 4: a compressed adapter has alpha = r"),
+    # before: RuntimeError (size mismatch) from peft
+    "rank": ({"r": 8, "alpha": 8}, _legacy, r"has shape \(4, \d+\), not a factor of rank r = 8"),
+    "header": ({"r": 8, "alpha": 8}, None, r"adapter0.safetensors was written with r = 4, but its manifest .* 8"),
+    "missing factor": ({}, _drop_factor, r"does not fit the base model: 1 adapter tensors missing"),
+    "r not an integer": ({"r": "4"}, None, r"adapters\[0\]\.r = '4': must be a positive integer"),
+    "targets not a list": ({"target_modules": "q_proj"}, None, r"target_modules = 'q_proj': must be a list"),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(ADAPTER_DAMAGE))
+def test_adapters_that_do_not_match_their_manifest_are_refused(tmp_path: Path, damage: str) -> None:
+    folder = _full_weight_searcher(tmp_path)
+    spec, tensors, message = ADAPTER_DAMAGE[damage]
+    _edit(folder, spec, tensors)
+    policy = tiny_policy(seed=0)
+    with pytest.raises(ValueError, match=message):
+        load_searcher(folder, policy=policy)
+    assert _untouched(policy)
+
+
+def test_a_lora_adapter_with_a_changed_alpha_is_refused(tmp_path: Path) -> None:
+    # before: accepted (alpha 8 doubled the adapters' change); exports now record r and alpha in the file
+    folder = _lora_searcher(tmp_path)
+    _edit(folder, {"alpha": 8})
+    with pytest.raises(ValueError, match=r"adapter0.safetensors was written with alpha = 4, but its manifest .* 8"):
+        load_searcher(folder, policy=tiny_policy(seed=0))
+
+
+def test_an_adapter_for_another_model_is_a_value_error_and_leaves_the_model(tmp_path: Path) -> None:
+    # before: RuntimeError (size mismatch), and the policy handed in kept peft's adapter layers
+    folder = _full_weight_searcher(tmp_path)
+    narrow = _wider_policy()
+    before = _logits(narrow, TEXT)
+    with pytest.raises(ValueError, match=r"adapter0.safetensors does not fit the base model: .* has shape"):
+        load_searcher(folder, policy=narrow)
+    assert not any("lora" in n for n, _ in narrow.model.named_modules())
+    assert torch.equal(_logits(narrow, TEXT), before)
+
+
+def test_adapters_for_modules_the_model_lacks_are_a_value_error(tmp_path: Path) -> None:
+    # before: peft's NoMatchingPeftModuleError, naming no file
+    from agents.baselines.searcher import merge_adapter
+
+    policy = tiny_policy(seed=0)
+    key = "base_model.model.model.layers.0.self_attn.c_attn.lora_{}.default.weight"
+    tensors = {key.format("A"): torch.zeros(2, 64), key.format("B"): torch.zeros(192, 2)}
+    with pytest.raises(ValueError, match=r"gpt2-adapter does not fit the base model: target_modules \['c_attn'\] "):
+        merge_adapter(policy, {"r": 2, "alpha": 2, "target_modules": ["c_attn"]}, tensors, name="gpt2-adapter")
+    assert _untouched(policy)
+
+
+def test_a_damaged_adapter_file_is_a_value_error(tmp_path: Path) -> None:
+    # before: safetensors' SafetensorError
+    folder = _full_weight_searcher(tmp_path)
+    file = folder / "adapter0.safetensors"
+    file.write_bytes(file.read_bytes()[:1000])
+    with pytest.raises(ValueError, match=r"adapter0.safetensors is not a readable safetensors file"):
+        load_searcher(folder, policy=tiny_policy(seed=0))
+    file.unlink()
+    with pytest.raises(ValueError, match=r"adapter0.safetensors does not exist"):
+        load_searcher(folder, policy=tiny_policy(seed=0))

@@ -7,7 +7,9 @@ run trained on a GPU resumes there and evaluates on a CPU.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import os
 import pickle
 import re
@@ -45,8 +47,13 @@ def model_state(model: torch.nn.Module, trainable_only: bool) -> dict[str, torch
 
     Copies go to the CPU, so a checkpoint never pins accelerator memory and loads on any machine.
     """
+    return {k: v.detach().to("cpu", copy=True) for k, v in _saved_entries(model, trainable_only).items()}
+
+
+def _saved_entries(model: torch.nn.Module, trainable_only: bool) -> dict[str, torch.Tensor]:
+    """The model's state dict entries a checkpoint holds (the model's own tensors, not copies)."""
     names = {n for n, p in model.named_parameters() if p.requires_grad} if trainable_only else None
-    return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items() if names is None or k in names}
+    return {k: v for k, v in model.state_dict().items() if names is None or k in names}
 
 
 def start_run(cfg: TrainConfig, *, resume: bool, overwrite: bool) -> Path:
@@ -243,10 +250,19 @@ def restore_training_state(
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise CheckpointError(f"checkpoint {path} holds {key} = {value!r:.40}, not a non-negative integer: "
                                   f"{_TO_DO}")
+    check_resume_config(path, ckpt["config"], cfg)
+    if ckpt["lora"] is not cfg.lora:
+        raise CheckpointError(f"checkpoint {path} holds lora = {ckpt['lora']!r:.40}, this run lora = {cfg.lora}: "
+                              f"{_TO_DO}")
+    check_state_dict(path, "model", ckpt["model"], _saved_entries(model, trainable_only=cfg.lora))
+    _check_scheduler_state(path, ckpt["scheduler"], scheduler)
+    # the scheduler steps with the optimizer: past its first step, every parameter has Adam moments
+    # (a GRPO step whose groups all lacked signal takes no optimizer step)
+    check_optimizer_state(path, ckpt["optimizer"], optimizer, stepped=ckpt["scheduler"]["last_epoch"] > 0)
+    for key, module in modules.items():
+        check_state_dict(path, key, ckpt[key], module.state_dict())
     try:
-        loaded = model.load_state_dict(ckpt["model"], strict=False)
-        if loaded.unexpected_keys:
-            raise ValueError(f"unexpected weights {loaded.unexpected_keys[:3]}")
+        model.load_state_dict(ckpt["model"], strict=not cfg.lora)
         load_optimizer_state(optimizer, ckpt["optimizer"])
         scheduler.load_state_dict(ckpt["scheduler"])
         restore_rng(gen, ckpt["rng"])
@@ -308,6 +324,210 @@ def _require(ckpt: Mapping[str, Any], path: Path, keys: Sequence[str]) -> None:
     missing = [k for k in keys if k not in ckpt]
     if missing:
         raise CheckpointError(f"checkpoint {path} lacks {missing}: {_TO_DO}")
+
+
+# ---- does a checkpoint fit the run that resumes it? ----------------------------------------------
+
+#: Settings a resumed run may change: where it runs and is written, what it logs and how often it
+#: checkpoints, how each batch is split into forward passes (the same sums), and how far it goes
+#: (``steps`` only while nothing depends on it: a constant learning rate and no curriculum schedule).
+#: Every other setting decides what the run learns and must be the one the checkpoint was trained with.
+RESUME_MAY_CHANGE = frozenset({
+    "output_dir", "device", "threads", "progress", "log_every", "save_every", "micro_batch_size",
+    "gradient_checkpointing", "steps", "max_generated_tokens",
+})
+_FIT_TO_DO = "resume with the run's own settings (model, lora), or start over with --overwrite"
+
+
+def check_resume_config(path: Path, saved: Any, cfg: Any) -> None:
+    """Refuse to resume ``cfg`` from a checkpoint (``path``) whose saved config ``saved`` differs from it.
+
+    Every field of ``cfg`` is compared except :data:`RESUME_MAY_CHANGE` (and ``steps`` stays
+    compared when the learning-rate schedule or ``hard_share`` depends on it). A field missing from
+    ``saved`` (a checkpoint older than the field) counts as that field's default. Paths naming the
+    same file or folder are the same setting.
+
+    Raises:
+        CheckpointError: Naming the file and every differing field with its saved and new value.
+    """
+    if not isinstance(saved, Mapping):
+        raise CheckpointError(f"checkpoint {path} holds config = {saved!r:.40}, not a dict: {_TO_DO}")
+    now = cfg.to_dict()
+    steps_matter = now.get("lr_schedule", "constant") != "constant" or now.get("hard_share") is not None
+    changed = []
+    for f in dataclasses.fields(cfg):
+        if f.name in RESUME_MAY_CHANGE and not (f.name == "steps" and steps_matter):
+            continue
+        if f.name in saved:
+            old = saved[f.name]
+        elif f.default_factory is not dataclasses.MISSING:
+            old = f.default_factory()
+        else:
+            old = f.default
+        if not _same_setting(old, now[f.name]):
+            changed.append(f"{f.name} = {_short(old)} saved, {_short(now[f.name])} now")
+    if changed:
+        keep = ", ".join(sorted(RESUME_MAY_CHANGE))
+        raise CheckpointError(
+            f"checkpoint {path} was trained with other settings than this run: {'; '.join(changed)}. Resume with "
+            f"the run's own settings (--config {path.parent / CONFIG_NAME} --resume; only {keep} may change), or "
+            "start a new run in another output_dir (or replace this one with --overwrite)"
+        )
+
+
+def _same_setting(a: Any, b: Any) -> bool:
+    a, b = _plain(a), _plain(b)
+    if a == b:
+        return True
+    if isinstance(a, str) and isinstance(b, str) and a and b:
+        try:
+            return os.path.exists(a) and os.path.exists(b) and os.path.samefile(a, b)
+        except OSError:
+            return False
+    return False
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with tuples as lists (a config read from JSON or TOML holds lists)."""
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _few(keys: Sequence[Any]) -> str:
+    return ", ".join(repr(k) for k in list(keys)[:3]) + (", ..." if len(keys) > 3 else "")
+
+
+def check_state_dict(
+    path: Path, entry: str, saved: Any, expected: Mapping[str, torch.Tensor], *, same_dtype: bool = True
+) -> None:
+    """Check the state dict ``saved`` (the checkpoint's ``entry``) against the tensors it will replace.
+
+    The keys must be exactly those of ``expected`` (none missing, none unexpected), each tensor of
+    the same shape and dtype (with ``same_dtype=False``: floating point where the model's is, as
+    loading casts it), and every floating-point value finite.
+
+    Raises:
+        CheckpointError: Naming the file, the entry and the first key that does not fit.
+    """
+    if not isinstance(saved, Mapping) or not all(isinstance(v, torch.Tensor) for v in saved.values()):
+        raise CheckpointError(f"checkpoint {path}: {entry} is not a dict of tensors: {_TO_DO}")
+    missing = [k for k in expected if k not in saved]
+    unexpected = [k for k in saved if k not in expected]
+    if missing or unexpected:
+        raise CheckpointError(
+            f"checkpoint {path}: {entry} does not fit this run's model: {len(missing)} of its {len(expected)} "
+            f"tensors missing ({_few(missing)}), {len(unexpected)} unexpected ({_few(unexpected)}); {_FIT_TO_DO}"
+        )
+    for key, want in expected.items():
+        got = saved[key]
+        dtype_fits = got.dtype == want.dtype or (
+            not same_dtype and got.is_floating_point() == want.is_floating_point())
+        if got.shape != want.shape or not dtype_fits:
+            raise CheckpointError(
+                f"checkpoint {path}: {entry}[{key!r}] is {got.dtype} {tuple(got.shape)}, this run's model has "
+                f"{want.dtype} {tuple(want.shape)}; {_FIT_TO_DO}"
+            )
+        _check_finite(path, f"{entry}[{key!r}]", got)
+
+
+def _check_finite(path: Path, where: str, value: torch.Tensor) -> None:
+    if value.is_floating_point() or value.is_complex():
+        bad = int((~torch.isfinite(value)).sum())
+        if bad:
+            raise CheckpointError(
+                f"checkpoint {path}: {where} holds {bad} NaN or infinite values (of {value.numel()}): {_TO_DO}"
+            )
+
+
+#: Optimizer settings of a parameter group that decide its updates (compared where both sides have them).
+_GROUP_SETTINGS = ("initial_lr", "betas", "eps", "weight_decay", "amsgrad", "maximize")
+
+
+def check_optimizer_state(path: Path, saved: Any, optimizer: torch.optim.Optimizer, *, stepped: bool) -> None:
+    """Check an optimizer state dict against the optimizer it will be loaded into.
+
+    The parameter groups must match in number, size and settings, and their learning rates be
+    finite. Each parameter's state must be complete (Adam's ``step``, ``exp_avg``, ``exp_avg_sq``),
+    every tensor of its parameter's shape (scalars aside), finite, and second moments non-negative.
+    With ``stepped`` (the optimizer has taken a step) every parameter must have a state.
+
+    Raises:
+        CheckpointError: Naming the file, the group or parameter index and the entry.
+    """
+    where = f"checkpoint {path}: optimizer"
+    if not isinstance(saved, Mapping) or not isinstance(saved.get("state"), Mapping) \
+            or not isinstance(saved.get("param_groups"), list):
+        raise CheckpointError(f"{where} is not an optimizer state dict (state, param_groups): {_TO_DO}")
+    groups = optimizer.param_groups
+    if len(saved["param_groups"]) != len(groups):
+        raise CheckpointError(f"{where} has {len(saved['param_groups'])} parameter groups, this run's has "
+                              f"{len(groups)}; {_FIT_TO_DO}")
+    params: dict[Any, tuple[torch.Tensor, Mapping[str, Any]]] = {}
+    for i, (old, new) in enumerate(zip(saved["param_groups"], groups, strict=True)):
+        if not isinstance(old, Mapping) or not isinstance(old.get("params"), list) \
+                or len(old["params"]) != len(new["params"]):
+            size = len(old["params"]) if isinstance(old, Mapping) and isinstance(old.get("params"), list) else "no"
+            raise CheckpointError(f"{where} group {i} has {size} parameters, this run's has {len(new['params'])}; "
+                                  f"{_FIT_TO_DO}")
+        for name in _GROUP_SETTINGS:
+            if name in old and name in new and not _same_setting(old[name], new[name]):
+                raise CheckpointError(f"{where} group {i} has {name} = {_short(old[name])}, this run "
+                                      f"{_short(new[name])}; {_FIT_TO_DO}")
+        lr = old.get("lr")
+        if isinstance(lr, bool) or not isinstance(lr, int | float) or not math.isfinite(lr) or lr < 0:
+            raise CheckpointError(f"{where} group {i} has lr = {lr!r:.40}, not a finite rate: {_TO_DO}")
+        params.update((pid, (p, old)) for pid, p in zip(old["params"], new["params"], strict=True))
+    state = saved["state"]
+    stray = [k for k in state if k not in params]
+    if stray:
+        raise CheckpointError(f"{where} state holds parameters {_few(stray)} that no group lists; {_FIT_TO_DO}")
+    adam = isinstance(optimizer, torch.optim.Adam | torch.optim.AdamW)
+    for pid, (param, group) in params.items():
+        st = state.get(pid)
+        if st is None:
+            if stepped:
+                raise CheckpointError(f"{where} state has nothing for parameter {pid} (shape {tuple(param.shape)}) "
+                                      f"though the optimizer has taken steps: {_TO_DO}")
+            continue
+        if not isinstance(st, Mapping):
+            raise CheckpointError(f"{where} state[{pid}] is not a dict: {_TO_DO}")
+        need = {"step", "exp_avg", "exp_avg_sq"} | ({"max_exp_avg_sq"} if group.get("amsgrad") else set())
+        lacking = sorted(need - set(st)) if adam else []
+        if lacking:
+            raise CheckpointError(f"{where} state[{pid}] lacks {lacking}: {_TO_DO}")
+        for key, value in st.items():
+            entry = f"optimizer state[{pid}][{key!r}]"
+            if isinstance(value, torch.Tensor):
+                if value.dim() > 0 and value.shape != param.shape:
+                    raise CheckpointError(f"checkpoint {path}: {entry} has shape {tuple(value.shape)}, its parameter "
+                                          f"{tuple(param.shape)}: {_TO_DO}")
+                _check_finite(path, entry, value)
+                if key in ("exp_avg_sq", "max_exp_avg_sq", "step") and bool((value < 0).any()):
+                    raise CheckpointError(f"checkpoint {path}: {entry} holds negative values: {_TO_DO}")
+            elif isinstance(value, float) and not math.isfinite(value):
+                raise CheckpointError(f"checkpoint {path}: {entry} = {value}, not finite: {_TO_DO}")
+
+
+def _check_scheduler_state(path: Path, saved: Any, scheduler: Any) -> None:
+    """The scheduler's saved base rates must be this run's, its position a non-negative count."""
+    where = f"checkpoint {path}: scheduler"
+    if not isinstance(saved, Mapping):
+        raise CheckpointError(f"{where} is not a state dict: {_TO_DO}")
+    last = saved.get("last_epoch")
+    if isinstance(last, bool) or not isinstance(last, int) or last < 0:
+        raise CheckpointError(f"{where} holds last_epoch = {last!r:.40}, not a non-negative integer: {_TO_DO}")
+    base = getattr(scheduler, "base_lrs", None)
+    if base is not None and not _same_setting(saved.get("base_lrs"), base):
+        raise CheckpointError(f"{where} holds base_lrs = {_short(saved.get('base_lrs'))}, this run "
+                              f"{_short(base)}; {_FIT_TO_DO}")
 
 
 def rng_state(gen: np.random.Generator) -> dict[str, Any]:

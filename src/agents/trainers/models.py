@@ -9,7 +9,13 @@ from typing import Any
 import torch
 
 from agents.devices import model_device, resolve_device, torch_dtype
-from agents.trainers.checkpoints import CHECKPOINT_NAME, CheckpointError, _require, load_checkpoint
+from agents.trainers.checkpoints import (
+    CHECKPOINT_NAME,
+    CheckpointError,
+    _require,
+    check_state_dict,
+    load_checkpoint,
+)
 from agents.trainers.config import TrainConfig
 
 
@@ -73,7 +79,9 @@ def load_weights(policy: Any, run_dir: str | Path) -> None:
         raise FileNotFoundError(f"init_from: no {path}; point it at a run folder holding a checkpoint")
     _require(ckpt, path, ("model", "lora", "config"))
     try:
-        _load_weights(policy, ckpt)
+        _load_weights(policy, ckpt, path)
+    except CheckpointError:
+        raise
     except (RuntimeError, ValueError, KeyError, TypeError) as exc:
         raise CheckpointError(f"{path} does not fit the model {type(policy.model).__name__}: {exc}") from None
 
@@ -124,8 +132,13 @@ def load_trained_policy(run_dir: str | Path, device: str | torch.device | None =
     return policy
 
 
-def _load_weights(policy: Any, ckpt: Mapping[str, Any]) -> None:
+def _load_weights(policy: Any, ckpt: Mapping[str, Any], path: Path) -> None:
+    """Load (or merge) a checkpoint's weights: exactly the model's (or its adapters') tensors, all finite.
+
+    A refused LoRA checkpoint leaves the model as it was (the adapter layers are taken out again).
+    """
     if not ckpt["lora"]:
+        check_state_dict(path, "model", ckpt["model"], policy.model.state_dict(), same_dtype=False)
         policy.model.load_state_dict(ckpt["model"])
         return
     from peft import LoraConfig, get_peft_model
@@ -139,9 +152,13 @@ def _load_weights(policy: Any, ckpt: Mapping[str, Any]) -> None:
         target_modules=[t for t in c["lora_target_modules"] if t in names],
     )
     wrapped = get_peft_model(policy.model, lcfg)
-    missing = wrapped.load_state_dict(ckpt["model"], strict=False)
-    if missing.unexpected_keys:
-        raise ValueError(f"unexpected weights {missing.unexpected_keys[:3]}")
+    adapters = {k: v for k, v in wrapped.state_dict().items() if ".lora_" in k}
+    try:
+        check_state_dict(path, "model", ckpt["model"], adapters, same_dtype=False)
+    except CheckpointError:
+        policy.model = wrapped.unload()
+        raise
+    wrapped.load_state_dict(ckpt["model"], strict=False)
     policy.model = wrapped.merge_and_unload()
 
 

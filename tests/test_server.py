@@ -357,6 +357,11 @@ def test_large_requests_are_searched_in_parts_and_cannot_hold_up_small_ones() ->
     for i, r in enumerate(large):  # parts put back together in order
         assert [row[0]["document"]["id"] for row in r.json()["result"]] == [f"L{i}-{j}#0" for j in range(100)]
         assert all(len(row) == 100 for row in r.json()["result"])
+    searched: dict[str, int] = {}  # at most 4 large requests in progress (holding partial answers) at once
+    for queries, _ in during:
+        for q in queries:
+            searched[q.split("-")[0]] = searched.get(q.split("-")[0], 0) + 1
+        assert sum(0 < n < 100 for name, n in searched.items() if name.startswith("L")) <= 4, searched
 
 
 def test_without_small_requests_large_ones_fill_whole_batches() -> None:

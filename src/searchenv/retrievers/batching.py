@@ -12,7 +12,8 @@ Small and large searches share the worker without one starving the other. Each q
 ``k`` plus :data:`QUERY_COST`; a search costing more than ``quantum`` (or with ``max_batch``
 queries or more) is *large* and is searched in parts. A batch takes the small searches whole, in
 arrival order, and parts of the large ones by turns (round robin: each caller with a large
-search waiting gets a part in turn, so many large callers share the worker equally). While small
+search in progress gets a part in turn; at most :data:`LARGE_IN_TURN` are in progress, the others
+wait in arrival order, so that many large callers cannot hold many partial answers). While small
 searches are arriving (one in the last second), the large parts of a batch cost at most
 ``quantum`` together, so a small search waits for at most one such part, however many large ones
 are queued, and after a batch with large parts the worker takes no batch of large parts alone for
@@ -45,6 +46,10 @@ QUERY_COST = 10
 
 #: Seconds after the last small search arrived during which large ones are searched in small parts.
 SMALL_ACTIVE_S = 1.0
+
+#: Most large searches in progress at once (taking turns); the others wait in arrival order. Their
+#: partial results are held in memory, so this bounds what many large callers at once can hold.
+LARGE_IN_TURN = 4
 
 
 @dataclass(eq=False)
@@ -125,7 +130,8 @@ class MicroBatcher:
         self._loop: asyncio.AbstractEventLoop | None = None
         # touched on the loop only: small requests in arrival order, large ones in turn order
         self._small: deque[_Pending] = deque()
-        self._large: deque[_Pending] = deque()
+        self._large: deque[_Pending] = deque()  # in progress, taking turns
+        self._large_waiting: deque[_Pending] = deque()  # not started, in arrival order
         self._small_at = float("-inf")  # loop time the last small request arrived
         self._large_after = float("-inf")  # no batch of large parts alone before this loop time
         self._arrived = asyncio.Event()  # a small request arrived (wakes a consumer that lets large ones rest)
@@ -139,7 +145,7 @@ class MicroBatcher:
             if self._loop is not loop:
                 # First request, or a new event loop (e.g. a test client that opened another one).
                 self._loop = loop
-                self._small, self._large = deque(), deque()
+                self._small, self._large, self._large_waiting = deque(), deque(), deque()
                 self._waiting = set()
                 self._small_at = self._large_after = float("-inf")
                 self._arrived = asyncio.Event()
@@ -182,7 +188,7 @@ class MicroBatcher:
             self._small_at = loop.time()
             self._arrived.set()
         else:
-            self._large.append(item)
+            self._large_waiting.append(item)
         try:
             return await future
         except asyncio.CancelledError:
@@ -195,9 +201,9 @@ class MicroBatcher:
 
     def _drop(self, item: _Pending) -> None:
         """Forget a request whose caller gave up: its waiting queries are never searched."""
-        queue = self._small if item.small else self._large
-        if item in queue:
-            queue.remove(item)
+        for queue in (self._small, self._large, self._large_waiting):
+            if item in queue:
+                queue.remove(item)
         self.stats.dropped_requests += 1
         self.stats.dropped_queries += len(item.queries) - item.taken
 
@@ -213,6 +219,8 @@ class MicroBatcher:
         one waits; then parts of large requests by turns, within ``quantum`` while small requests
         are arriving, else up to ``max_batch`` queries (see the module docstring).
         """
+        while len(self._large) < LARGE_IN_TURN and self._large_waiting:
+            self._large.append(self._large_waiting.popleft())
         batch: list[tuple[_Pending, int, int]] = []
         size = 0
         room = self.max_batch - (1 if self._large else 0)
@@ -243,11 +251,23 @@ class MicroBatcher:
                 self._large.append(item)  # its next part waits for the others' turns
             if budget is not None and budget <= 0:
                 break
+        while budget is None and self._large_waiting and size < self.max_batch:
+            # no small requests about: whole large ones fill the batch (a part only if one may start)
+            item = self._large_waiting[0]
+            n = min(len(item.queries), self.max_batch - size)
+            if n < len(item.queries) and len(self._large) >= LARGE_IN_TURN:
+                break
+            self._large_waiting.popleft()
+            batch.append((item, 0, n))
+            item.taken = n
+            size += n
+            if n < len(item.queries):
+                self._large.append(item)
         return batch
 
     async def _consume(self) -> None:
         loop = asyncio.get_running_loop()
-        while self._small or self._large:
+        while self._small or self._large or self._large_waiting:
             now = loop.time()
             if not self._small and now < self._large_after and now - self._small_at < SMALL_ACTIVE_S:
                 # large parts alone take at most half the worker's time while small requests arrive
@@ -292,8 +312,9 @@ class MicroBatcher:
 
     def _fail(self, item: _Pending, exc: BaseException) -> None:
         """Fail a request (and forget its parts still waiting)."""
-        if not item.small and item in self._large:
-            self._large.remove(item)
+        for queue in (self._large, self._large_waiting):
+            if item in queue:
+                queue.remove(item)
         self.stats.requests += 1
         item.future.set_exception(exc)
 
@@ -308,7 +329,7 @@ class MicroBatcher:
                 pass
         self._consumers = []
         waiting, self._waiting = self._waiting, set()
-        self._small, self._large = deque(), deque()
+        self._small, self._large, self._large_waiting = deque(), deque(), deque()
         for item in waiting:
             if not item.future.done():
                 item.future.set_exception(RetrieverError("the search service is shutting down"))

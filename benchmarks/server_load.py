@@ -24,11 +24,14 @@ With ``--never-read N [N ...]`` it measures instead what clients that never read
 else (issue 31): for each N, ``--clients`` normal clients (one query per request, as above) and a
 ``/health`` probe every 0.25 s run for one second, then N clients connect at once, each with a 4 kB
 receive buffer, send one request of ``--never-read-queries`` queries at ``topk`` 100 (about 9 MB
-answered on the default index) and read nothing for ``--duration`` seconds; then they disconnect
-and the normal clients go on for 3 s. It reports the normal clients' success rate and latency and
-the probe's while the N are connected, the server's resident memory and open descriptors (sampled
-every 0.25 s), how many of the N requests the server answered in the time and how many of those
-connections it reset. The server runs with its default connection limits.
+answered on the default index) and read nothing for ``--duration`` seconds; then they disconnect,
+the normal clients stop, and the probe goes on for 3 s. It reports the normal clients' success
+rate, requests/s and latency and the probe's while the N are connected, their requests/s against
+a run without the N on the same server code (N = 0, always run first), the server's resident
+memory and open descriptors (sampled every 0.25 s), its CPU time in the 3 s after the N
+disconnect and when it last used more than a fifth of a core then (sampled every 0.1 s), how many
+of the N requests the server answered in the time and how many of those connections it reset.
+The server runs with its default settings and connection limits.
 
 Usage: python benchmarks/server_load.py [--passages 100000] [--clients 1 16 64 200] [--duration 30]
        [--warmup 3] [--kind bm25|dense] [--modes batched per-request]
@@ -121,13 +124,13 @@ class Server:
     """``searchenv serve`` in a subprocess on 127.0.0.1."""
 
     def __init__(self, folder: Path, micro_batch: bool, startup_timeout: float = 180.0, max_topk: int = 10,
-                 src: Path | None = None) -> None:
+                 src: Path | None = None, extra: tuple[str, ...] = ()) -> None:
         """Start the server; ``src`` puts another copy of the package first on its path (a baseline)."""
         self.port = free_port()
         self.url = f"http://{HOST}:{self.port}"
         cmd = [sys.executable, "-c", "from searchenv.cli import main; main()", "serve", "--index", str(folder),
                "--host", HOST, "--port", str(self.port), "--log-level", "warning", "--max-topk", str(max_topk),
-               "--micro-batch" if micro_batch else "--no-micro-batch"]
+               "--micro-batch" if micro_batch else "--no-micro-batch", *extra]
         env = dict(os.environ)
         if src is not None:
             env["PYTHONPATH"] = os.pathsep.join([str(src), *filter(None, [env.get("PYTHONPATH")])])
@@ -330,6 +333,19 @@ async def load(url: str, queries: list[str], clients: int, warmup: float, durati
     }
 
 
+def _busy_after(cpu: list[tuple[float, float | None]], share: float = 0.2) -> dict[str, Any]:
+    """The server's CPU seconds sampled, and the end of the last interval above ``share`` of a core."""
+    known = [(t, c) for t, c in cpu if c is not None]
+    if len(known) < 2:
+        return {"server_cpu_s_after_disconnect": None, "server_busy_until_s": None}
+    busy_until = 0.0
+    for (t0, c0), (t1, c1) in zip(known, known[1:], strict=False):
+        if c1 - c0 > share * (t1 - t0):
+            busy_until = t1
+    return {"server_cpu_s_after_disconnect": round(known[-1][1] - known[0][1], 2),
+            "server_busy_until_s": round(busy_until, 2)}
+
+
 def _summary(latencies: list[float], attempts: int) -> dict[str, Any]:
     lat_ms = np.asarray(latencies) * 1000.0
     return {
@@ -353,6 +369,7 @@ async def never_read_load(server: Server, queries: list[str], never_read: int, c
     start = time.perf_counter()
     attack_at, attack_end = start + 1.0, start + 1.0 + duration
     stop_at = attack_end + 3.0
+    cpu: list[tuple[float, float | None]] = []  # (seconds after the N disconnected, server CPU seconds)
     normal: list[float] = []
     normal_attempts = [0]
     searched = [0]  # normal requests answered, whole run (to tell the attack's searches from theirs)
@@ -367,7 +384,7 @@ async def never_read_load(server: Server, queries: list[str], never_read: int, c
 
     async def normal_client(i: int) -> None:
         conn, j = RawConnection(HOST, server.port), i
-        while (t0 := time.perf_counter()) < stop_at:
+        while (t0 := time.perf_counter()) < attack_end:
             payload = json.dumps({"queries": [queries[j % len(queries)]], "topk": 3, "return_scores": True}).encode()
             j += clients
             try:
@@ -411,6 +428,12 @@ async def never_read_load(server: Server, queries: list[str], never_read: int, c
             samples.append((round(t - attack_at, 2), server.rss_mb(), server.open_fds()))
             await asyncio.sleep(0.25)
 
+    async def cpu_sampler() -> None:
+        await asyncio.sleep(attack_end - time.perf_counter())
+        while (t := time.perf_counter()) < stop_at:
+            cpu.append((t - attack_end, server.cpu_seconds()))
+            await asyncio.sleep(0.1)
+
     async def one(request: bytes) -> socket.socket:
         s = socket.socket()
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -432,7 +455,7 @@ async def never_read_load(server: Server, queries: list[str], never_read: int, c
             s.close()
 
     stats0 = server.health()["micro_batch"]["queries"]
-    await asyncio.gather(sampler(), probe(), attack(), *(normal_client(i) for i in range(clients)))
+    await asyncio.gather(sampler(), cpu_sampler(), probe(), attack(), *(normal_client(i) for i in range(clients)))
     attack_searched = (server.health()["micro_batch"]["queries"] - stats0 - searched[0]) / attack_queries
     before = [x for x in samples if x[0] < 0]
     after = [x for x in samples if x[0] >= 0]
@@ -448,6 +471,8 @@ async def never_read_load(server: Server, queries: list[str], never_read: int, c
                           "end": rss[-1] if rss else None},
         "server_fds": {"before": before[-1][2] if before else None, "peak": max(fds, default=None),
                        "end": fds[-1] if fds else None},
+        "normal_requests_per_s": len(normal) / duration,
+        **_busy_after(cpu),
         "never_read_requests_answered": round(attack_searched),
         "never_read_connections_reset": reset[0],
         "samples": samples,
@@ -466,18 +491,26 @@ def never_read_main(args: argparse.Namespace) -> None:
         if args.baseline_src:
             servers.append((args.baseline_label or str(args.baseline_src), args.baseline_src))
         runs = []
-        for n in args.never_read:
+        no_attack: dict[str, float] = {}  # server label -> normal requests/s without clients that never read
+        for n in [0, *(n for n in args.never_read if n != 0)]:
             for label, src in servers:
                 load_before = round(os.getloadavg()[0], 2)
-                with Server(folder, micro_batch=True, max_topk=100, src=src) as server:
+                extra = tuple(shlex.split(args.serve_args))
+                with Server(folder, micro_batch=True, max_topk=100, src=src, extra=extra) as server:
                     res = asyncio.run(never_read_load(server, queries, n, clients, args.duration,
                                                       args.never_read_queries))
                 res["server"] = label
                 res["load_average_1min_before"] = load_before
                 res["load_average_1min_after"] = round(os.getloadavg()[0], 2)
+                if n == 0:
+                    no_attack[label] = res["normal_requests_per_s"]
+                base = no_attack.get(label)
+                res["normal_vs_no_attack"] = round(res["normal_requests_per_s"] / base, 3) if base else None
                 runs.append(res)
-                print(f"{label}, never-read x{n}: normal {res['normal']['success_rate']}, health "
-                      f"{res['health']['success_rate']}, rss {res['server_rss_mb']}, answered "
+                print(f"{label}, never-read x{n}: normal {res['normal']['success_rate']}, "
+                      f"{res['normal_requests_per_s']:.0f} req/s ({res['normal_vs_no_attack']} of no attack), p99 "
+                      f"{res['normal']['p99_ms']}, health {res['health']['success_rate']}, rss {res['server_rss_mb']}, "
+                      f"busy until {res['server_busy_until_s']} s after, answered "
                       f"{res['never_read_requests_answered']}, reset {res['never_read_connections_reset']}", flush=True)
     command = "python benchmarks/server_load.py " + shlex.join(sys.argv[1:])
     data = {"kind": args.kind, "passages": n_docs, "normal_clients": clients, "duration_s": args.duration,
@@ -489,10 +522,13 @@ def never_read_main(args: argparse.Namespace) -> None:
 
     rows = [
         f"| {r['never_read']} | {r['server']} | {r['normal']['attempts']} | {f(r['normal']['success_rate'], '.1%')} | "
+        f"{f(r['normal_requests_per_s'])} | {f(r['normal_vs_no_attack'], '.0%')} | "
         f"{f(r['normal']['p99_ms'])} | {r['health']['attempts']} | {f(r['health']['success_rate'], '.1%')} | "
         f"{f(r['health']['max_ms'])} | {f(r['server_rss_mb']['before'])} / {f(r['server_rss_mb']['peak'])} / "
         f"{f(r['server_rss_mb']['end'])} | {r['server_fds']['before']} / {r['server_fds']['peak']} / "
-        f"{r['server_fds']['end']} | {r['never_read_requests_answered']} | {r['never_read_connections_reset']} | "
+        f"{r['server_fds']['end']} | {f(r['server_cpu_s_after_disconnect'], '.2f')} | "
+        f"{f(r['server_busy_until_s'], '.1f')} | {r['never_read_requests_answered']} | "
+        f"{r['never_read_connections_reset']} | "
         f"{r['load_average_1min_before']} / {r['load_average_1min_after']} |"
         for r in runs
     ]
@@ -501,12 +537,16 @@ def never_read_main(args: argparse.Namespace) -> None:
         f"{n_docs:,} generated passages. For {args.duration:g} s, N clients that never read (4 kB receive buffer) "
         f"hold one request each of {args.never_read_queries} queries at topk 100, beside {clients} normal clients "
         "(one query, topk 3, closed loop) and a /health probe every 0.25 s. Normal and probe columns cover "
-        "only the time the N are connected; memory and descriptors are sampled every 0.25 s (before / peak "
-        "/ 3 s after they disconnect).\n\n"
-        "| N never read | server | normal requests | normal success | normal p99 (ms) | /health probes | "
-        "/health success | /health max (ms) | server RSS MiB before / peak / end | server fds before / peak / end | "
+        "only the time the N are connected (N = 0: the same time without them); \"vs no attack\" divides the "
+        "normal clients' requests/s by those of the N = 0 run of the same server code. Memory and descriptors are "
+        "sampled every 0.25 s (before / peak / 3 s after they disconnect); when the N disconnect the normal "
+        "clients stop too, and the server's CPU is sampled every 0.1 s for 3 s: its CPU seconds then, and the end "
+        "of the last 0.1 s in which it used more than a fifth of a core (0: never; the probe alone costs ~1%).\n\n"
+        "| N never read | server | normal requests | normal success | normal req/s | vs no attack | normal p99 (ms) | "
+        "/health probes | /health success | /health max (ms) | server RSS MiB before / peak / end | server fds "
+        "before / peak / end | server CPU s in 3 s after they left | server busy until (s after they left) | "
         "their requests answered | their connections reset | load avg before / after |\n"
-        "|---:|---|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---|\n" + "\n".join(rows)
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---|\n" + "\n".join(rows)
     )
     write_results(args.name, data, table, command=command)
 
@@ -533,6 +573,8 @@ def main() -> None:
                     help="with --never-read: also serve, for each N, the package found in this folder (e.g. the src/ "
                          "of an export of the commit before a fix)")
     ap.add_argument("--baseline-label", default=None, help="its name in the table (default: the folder)")
+    ap.add_argument("--serve-args", default="", help="with --never-read: more options for searchenv serve "
+                    "(one string, e.g. '--batch-quantum 128')")
     ap.add_argument("--never-read-queries", type=int, default=256,
                     help="queries in the request of each client that never reads (at topk 100)")
     args = ap.parse_args()

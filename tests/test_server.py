@@ -19,7 +19,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 
 from searchenv.retrievers.base import Hit, RetrieverError  # noqa: E402
 from searchenv.retrievers.bm25 import BM25Retriever  # noqa: E402
-from searchenv.serving.server import ServerLimits, create_app  # noqa: E402
+from searchenv.serving.server import ServerLimits, create_app, uvicorn_config  # noqa: E402
 
 from .conftest import DOCS, stop_process  # noqa: E402
 
@@ -312,6 +312,129 @@ def test_search_does_not_block_the_event_loop() -> None:
 
     elapsed, status = asyncio.run(scenario())
     assert status == 200 and elapsed < 0.3, elapsed
+
+
+class PerQueryRetriever(RecordingRetriever):
+    """A fake whose search takes ``per_query`` seconds per query, as an index's does."""
+
+    def __init__(self, per_query: float) -> None:
+        super().__init__()
+        self.per_query = per_query
+
+    def search_batch(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
+        self.delay = self.per_query * len(queries)
+        return super().search_batch(queries, k)
+
+
+def test_large_requests_are_searched_in_parts_and_cannot_hold_up_small_ones() -> None:
+    # issue 42: 12. Before, a batch took large requests whole (up to max_batch queries and more), so
+    # every request of a one-query client waited for a whole batch of large ones
+    fake = PerQueryRetriever(0.0005)
+    app = create_app(fake, limits=ServerLimits(max_topk=100))
+    large_bodies = [{"queries": [f"L{i}-{j}" for j in range(100)], "topk": 100, "return_scores": True}
+                    for i in range(12)]  # 0.6 s of search in all
+
+    async def scenario() -> tuple[list[float], list[tuple[list[str], int]], list[httpx.Response]]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url=BASE, timeout=30) as ac:
+            large = [asyncio.create_task(ac.post("/retrieve", json=body)) for body in large_bodies]
+            await asyncio.sleep(0.02)  # the first large request is being searched, whole
+            calls = len(fake.calls)
+            latencies = []
+            for n in range(10):  # one small client, one request after another
+                t0 = time.perf_counter()
+                r = await ac.post("/retrieve", json={"query": f"small{n}", "top_k": 3})
+                latencies.append(time.perf_counter() - t0)
+                assert [x["id"] for x in r.json()["results"]] == [f"small{n}#{i}" for i in range(3)]
+            during = fake.calls[calls + 1 :]
+            return latencies, during, list(await asyncio.gather(*large))
+
+    latencies, during, large = asyncio.run(scenario())
+    # the first waits for the large request being searched (50 ms); then each waits for at most one
+    # part of a large request (here one query, 0.5 ms) and its own search, not for a batch of them
+    assert max(latencies[1:]) < 0.05, latencies
+    assert max(len(q) for q, k in during if k == 100) == 1, during  # 128 // (100 + 10) = 1 query per part
+    for i, r in enumerate(large):  # parts put back together in order
+        assert [row[0]["document"]["id"] for row in r.json()["result"]] == [f"L{i}-{j}#0" for j in range(100)]
+        assert all(len(row) == 100 for row in r.json()["result"])
+    searched: dict[str, int] = {}  # at most 4 large requests in progress (holding partial answers) at once
+    for queries, _ in during:
+        for q in queries:
+            searched[q.split("-")[0]] = searched.get(q.split("-")[0], 0) + 1
+        assert sum(0 < n < 100 for name, n in searched.items() if name.startswith("L")) <= 4, searched
+
+
+def test_without_small_requests_large_ones_fill_whole_batches() -> None:
+    fake = PerQueryRetriever(0.0001)
+    app = create_app(fake, limits=ServerLimits(max_topk=100))
+    bodies: list[dict[str, object]] = [{"queries": [f"L{i}-{j}" for j in range(100)], "topk": 100,
+                                        "return_scores": True} for i in range(4)]
+    responses = asyncio.run(_concurrent(app, bodies))
+    assert all(r.status_code == 200 for r in responses)
+    assert sorted(len(q) for q, _ in fake.calls)[-1] == 256  # max_batch: large requests are not cut small
+    for i, r in enumerate(responses):
+        assert [row[0]["document"]["id"] for row in r.json()["result"]] == [f"L{i}-{j}#0" for j in range(100)]
+
+
+class _ThreadServer:
+    """The app under uvicorn (:func:`uvicorn_config`) on a free loopback port, in a thread."""
+
+    def __init__(self, app: object) -> None:
+        import threading
+
+        import uvicorn
+
+        self.server = uvicorn.Server(uvicorn_config(app, "127.0.0.1", 0, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> tuple[str, int]:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.02)
+        return "127.0.0.1", int(self.server.servers[0].sockets[0].getsockname()[1])
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+def _send(address: tuple[str, int], body: dict[str, object]) -> socket.socket:
+    data = json.dumps(body).encode()
+    s = socket.create_connection(address, timeout=5)
+    s.sendall(f"POST /retrieve HTTP/1.1\r\nHost: {address[0]}\r\nContent-Type: application/json\r\n"
+              f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+    return s
+
+
+def test_requests_of_clients_that_disconnected_are_not_searched() -> None:
+    # issue 42: 12. Before, a request went on waiting for its search after its client had gone,
+    # so the server searched (and answered into the void) every request of clients that left
+    fake = RecordingRetriever(delay=0.3)
+    app = create_app(fake)
+    with _ThreadServer(app) as address:
+        first = _send(address, {"queries": ["first"], "topk": 1})
+        time.sleep(0.1)  # "first" is being searched
+        gone = [_send(address, {"queries": [f"gone{i}"], "topk": 1}) for i in range(3)]
+        kept = _send(address, {"queries": ["kept"], "topk": 1})
+        time.sleep(0.1)  # all four queued behind "first"
+        for s in gone:
+            s.close()
+        for s in (first, kept):
+            with s, s.makefile("rb") as answer:
+                assert answer.readline().startswith(b"HTTP/1.1 200")
+        health = httpx.get(f"http://{address[0]}:{address[1]}/health", trust_env=False).json()["micro_batch"]
+    assert [q for q, _ in fake.calls] == [["first"], ["kept"]]
+    assert health["dropped_requests"] == 3 and health["dropped_queries"] == 3
+
+
+def test_graceful_timeout_must_be_positive() -> None:
+    for bad in (0, -1.0, float("inf"), True):
+        with pytest.raises(ValueError, match="graceful_timeout"):
+            uvicorn_config(create_app(RecordingRetriever()), graceful_timeout=bad)  # type: ignore[arg-type]
+    assert uvicorn_config(create_app(RecordingRetriever())).timeout_graceful_shutdown == 5.0
 
 
 # --------------------------------------------------------------------------- the CLI, as a real process

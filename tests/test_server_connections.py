@@ -373,3 +373,72 @@ def test_unread_answers_stay_within_max_unsent_bytes(long_index: Path, tmp_path:
         finally:
             for s in clients:
                 s.close()
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+#: A request of about 0.4 s of search on the long index (12,800 hits of 1 kB).
+_HEAVY = json.dumps({"queries": [f"word{i % 50} passage" for i in range(128)], "topk": 100}).encode()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="reads the server's CPU time in /proc")
+def test_the_server_drops_the_work_of_clients_that_left(long_index: Path, tmp_path: Path) -> None:
+    # issue 42: 12. Before, after 300 clients that never read left, the server went on searching
+    # (and answering into the void) every one of their requests, at full CPU for minutes
+    with _serve(long_index, tmp_path / "serve.log") as (url, pid):
+        host = url.removeprefix("http://")
+        clients = _never_readers(url, 20, _post(host, _HEAVY))  # 20 x 0.4 s of search
+        time.sleep(0.5)  # read and queued
+        for s in clients:
+            s.close()
+        time.sleep(1.5)  # the search running when they left may finish
+        cpu0 = _cpu_seconds(pid)
+        time.sleep(1.0)
+        busy = _cpu_seconds(pid) - cpu0
+        stats = httpx.get(url + "/health", timeout=5.0, trust_env=False).json()["micro_batch"]
+    assert busy < 0.2, busy  # idle, not searching the requests of clients that left
+    assert stats["queries"] + stats["dropped_queries"] == 20 * 128, stats  # every query searched or dropped
+    assert stats["dropped_queries"] >= 16 * 128, stats
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_server_within_its_graceful_timeout(long_index: Path, tmp_path: Path) -> None:
+    # issue 42: 12. Before, no graceful timeout was set: SIGTERM waited for every request in
+    # progress, here 30 x 0.4 s of search for clients that stay connected and never read
+    port = _free_port()
+    log = tmp_path / "serve.log"
+    cmd = [sys.executable, "-c", "from searchenv.cli import main; main()", "serve", "--index", str(long_index),
+           "--port", str(port), "--log-level", "warning", "--graceful-timeout", "1"]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    httpx.get(url + "/health", timeout=1.0, trust_env=False)
+                    break
+                except httpx.TransportError:
+                    if proc.poll() is not None or time.monotonic() > deadline:
+                        pytest.fail(f"server did not start: {log.read_text()}")
+                    time.sleep(0.1)
+            clients = _never_readers(url, 30, _post(f"127.0.0.1:{port}", _HEAVY))
+            try:
+                time.sleep(0.5)  # read and queued
+                t0 = time.monotonic()
+                proc.terminate()
+                with suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=10)
+                stopped = time.monotonic() - t0
+            finally:
+                for s in clients:
+                    s.close()
+        finally:
+            stop_process(proc)
+    # the graceful timeout (1 s), then at most the search running then (0.4 s, more on a busy machine)
+    assert stopped < 3.5, (stopped, log.read_text()[-2000:])
+    assert "timeout graceful shutdown exceeded" in log.read_text()

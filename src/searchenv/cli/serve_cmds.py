@@ -129,6 +129,9 @@ def serve(
         help="How long an idle search worker waits for more requests (ms); 0 searches at once, and requests "
         "arriving during a search form the next batch.", min=0, max=1000)] = 0.0,
     max_batch: Annotated[int, typer.Option(help="Most queries per search call.", min=1)] = 256,
+    batch_quantum: Annotated[int, typer.Option(
+        help="A request costing more (topk + 10 per query) is searched in parts, by turns with the other large "
+             "ones; while small requests arrive, a search call holds at most this much of large ones.", min=1)] = 128,
     micro_batch: Annotated[bool, typer.Option(help="Gather concurrent requests into one search call.")] = True,
     cache_size: Annotated[int, typer.Option(help="Keep this many (query, k) results in memory (0: off).", min=0)] = 0,
     max_connections: Annotated[
@@ -144,6 +147,9 @@ def serve(
     max_unsent_bytes: Annotated[int, typer.Option(
         help="Most bytes of answers waiting for their clients, all connections together; over it the "
              "connections that have waited longest without reading are dropped.", min=1)] = 256 * 1024 * 1024,
+    graceful_timeout: Annotated[float, typer.Option(
+        help="Seconds a shutdown (SIGTERM, Ctrl-C) waits for the requests in progress before cancelling them.",
+        min=0.01)] = 5.0,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
     msgpack: Annotated[bool, typer.Option(
         "--msgpack", help="Also read request bodies sent without a Content-Type as msgpack (GEM's search client "
@@ -206,6 +212,7 @@ def serve(
             info={"indexes": served},
             allowed_hosts=[*DEFAULT_ALLOWED_HOSTS, *([] if _is_ip(host) else [host]), *(allowed_host or [])],
             accept_untyped_msgpack=msgpack,
+            batch_quantum=batch_quantum,
         )
         connections = ConnectionLimits(max_connections, request_timeout, keep_alive_timeout, write_timeout,
                                        max_unsent_bytes)
@@ -213,7 +220,9 @@ def serve(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     typer.echo(f"serving {', '.join(served)} on http://{host}:{port}/retrieve", err=True)
-    uvicorn.Server(uvicorn_config(app, host, port, connections=connections, log_level=log_level)).run()
+    config = uvicorn_config(app, host, port, connections=connections, log_level=log_level,
+                            graceful_timeout=graceful_timeout)
+    uvicorn.Server(config).run()
 
 
 def eval_retrieval(

@@ -1,36 +1,66 @@
 """Concurrent searches gathered into one ``search_batch`` call: :class:`MicroBatcher`.
 
 Callers on one event loop (the retrieval server's requests, a verl agent-loop worker's episodes)
-each await :meth:`MicroBatcher.search`; an idle search worker takes every search waiting at that
+each await :meth:`MicroBatcher.search`; an idle search worker takes the searches waiting at that
 moment and makes one ``search_batch`` call per distinct ``k`` on a worker thread, so the event
 loop never blocks and a batched index (BM25 over a query matrix, a dense encoder, a remote
 server) answers many queries at once. There is no waiting window by default: a lone caller is
 searched at once, and the searches that arrive while a search runs form the next batch. A failed
 search fails every caller of that batch with the same exception.
 
-Batches are formed in turn from the oldest waiting searches and from the smallest (fewest
-queries), so a one-query search waits for at most one batch of large ones however many are
-queued (a burst of maximum-size requests cannot hold a small one for minutes), and a large search
-still gets every other batch however many small ones keep arriving.
+Small and large searches share the worker without one starving the other. Each query costs its
+``k`` plus :data:`QUERY_COST`; a search costing more than ``quantum`` (or with ``max_batch``
+queries or more) is *large* and is searched in parts. A batch takes the small searches whole, in
+arrival order, and parts of the large ones by turns (round robin: each caller with a large
+search in progress gets a part in turn; at most :data:`LARGE_IN_TURN` are in progress, the others
+wait in arrival order, so that many large callers cannot hold many partial answers). While small
+searches are arriving (one in the last second), the large parts of a batch cost at most
+``quantum`` together, so a small search waits for at most one such part, however many large ones
+are queued, and after a batch with large parts the worker takes no batch of large parts alone for
+as long as those took (large ones get at most half its time, leaving the rest, and the event
+loop's share of the interpreter, to the small ones); otherwise a batch fills with large ones up to
+``max_batch`` queries. Every batch holds at least one query of a large search if one waits, so a
+stream of small ones cannot starve them either.
+
+A caller that gives up (its task cancelled, as the server does when a client disconnects) is
+dropped at once: its queries still waiting are never searched, and a part already being searched
+is not waited for.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
 from dataclasses import asdict, dataclass, field
 
 from searchenv.env import search_or_error
-from searchenv.retrievers.base import Hit, Retriever, check_k
+from searchenv.retrievers.base import Hit, Retriever, RetrieverError, check_k
+
+#: What a query costs besides its ``k`` hits: the search itself, about as much work as ten hits
+#: on a BM25 index (reading and returning a hit dominates a large ``k``).
+QUERY_COST = 10
+
+#: Seconds after the last small search arrived during which large ones are searched in small parts.
+SMALL_ACTIVE_S = 1.0
+
+#: Most large searches in progress at once (taking turns); the others wait in arrival order. Their
+#: partial results are held in memory, so this bounds what many large callers at once can hold.
+LARGE_IN_TURN = 4
 
 
-@dataclass
+@dataclass(eq=False)
 class _Pending:
     queries: list[str]
     k: int
     future: asyncio.Future[list[list[Hit]]]
+    small: bool
+    results: list[list[Hit]] = field(default_factory=list)  # filled in as the parts are answered
+    taken: int = 0  # queries handed to a search call so far
+    answered: int = 0  # queries answered so far
 
 
 @dataclass
@@ -42,12 +72,17 @@ class BatchStats:
         queries: Queries searched.
         search_calls: ``search_batch`` calls made.
         largest_batch: Most queries in one ``search_batch`` call.
+        dropped_requests: Requests given up by their callers before they were answered (a client
+            that disconnected).
+        dropped_queries: Queries of those requests that were never searched.
     """
 
     requests: int = 0
     queries: int = 0
     search_calls: int = 0
     largest_batch: int = 0
+    dropped_requests: int = 0
+    dropped_queries: int = 0
 
     def as_dict(self) -> dict[str, float]:
         """The counters plus ``mean_batch`` (queries per search call)."""
@@ -68,9 +103,12 @@ class MicroBatcher:
         retriever: The retriever to call.
         window_s: How long the first request of a batch waits for company, in seconds (0: it is
             searched at once; requests that arrive while a search runs form the next batch).
-        max_batch: Most queries gathered into one call (a larger request is searched alone).
+        max_batch: Most queries gathered into one call (a larger request is searched in parts).
         enabled: Gather requests; if false, one ``search_batch`` per request.
         workers: Threads that run searches.
+        quantum: Cost (``k`` plus :data:`QUERY_COST` per query) above which a request is large
+            and searched in parts; while small requests arrive, the large parts of one batch
+            cost at most this much together (see the module docstring).
     """
 
     retriever: Retriever
@@ -78,6 +116,7 @@ class MicroBatcher:
     max_batch: int = 256
     enabled: bool = True
     workers: int = 1
+    quantum: int = 128
     stats: BatchStats = field(default_factory=BatchStats)
 
     def __post_init__(self) -> None:
@@ -85,30 +124,42 @@ class MicroBatcher:
             raise ValueError(f"window_s must be between 0 and 1 second, got {self.window_s!r}")
         check_k(self.max_batch)
         check_k(self.workers)
+        if isinstance(self.quantum, bool) or not isinstance(self.quantum, int) or self.quantum < 1:
+            raise ValueError(f"quantum must be a positive integer, got {self.quantum!r}")
         self._executor = ThreadPoolExecutor(self.workers, thread_name_prefix="searchenv-search")
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._pending: list[_Pending] | None = None  # in arrival order; touched on the loop only
+        # touched on the loop only: small requests in arrival order, large ones in turn order
+        self._small: deque[_Pending] = deque()
+        self._large: deque[_Pending] = deque()  # in progress, taking turns
+        self._large_waiting: deque[_Pending] = deque()  # not started, in arrival order
+        self._small_at = float("-inf")  # loop time the last small request arrived
+        self._large_after = float("-inf")  # no batch of large parts alone before this loop time
+        self._arrived = asyncio.Event()  # a small request arrived (wakes a consumer that lets large ones rest)
+        self._waiting: set[_Pending] = set()  # every request not answered yet, queued or being searched
         self._consumers: list[asyncio.Task[None]] = []
-        self._smallest_next = False
         self._lock = threading.Lock()
 
-    def _ensure_running(self) -> list[_Pending]:
+    def _ensure_running(self) -> None:
         loop = asyncio.get_running_loop()
         with self._lock:
-            if self._loop is not loop or self._pending is None:
+            if self._loop is not loop:
                 # First request, or a new event loop (e.g. a test client that opened another one).
                 self._loop = loop
-                self._pending = []
+                self._small, self._large, self._large_waiting = deque(), deque(), deque()
+                self._waiting = set()
+                self._small_at = self._large_after = float("-inf")
+                self._arrived = asyncio.Event()
                 self._consumers = []
             # A consumer runs while there is work and then ends, so no task is left pending on a
             # loop its owner stops using; up to ``workers`` of them search at a time.
             self._consumers = [t for t in self._consumers if not t.done()]
             if len(self._consumers) < self.workers:
-                self._consumers.append(loop.create_task(self._consume(self._pending)))
-            return self._pending
+                self._consumers.append(loop.create_task(self._consume()))
 
     async def search(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
-        """Search ``queries`` with the others that arrive within the window.
+        """Search ``queries`` with the others waiting (see the module docstring).
+
+        Cancelling the awaiting task drops the queries not yet searched.
 
         Raises:
             Exception: What the retriever raised (every request of the batch gets it), or a
@@ -121,76 +172,154 @@ class MicroBatcher:
             return []
         loop = asyncio.get_running_loop()
         if not self.enabled:
-            self._count(1, len(queries))
+            self._count(len(queries))
+            self.stats.requests += 1
             results = await loop.run_in_executor(self._executor, search_or_error, self.retriever, queries, k)
             if isinstance(results, Exception):
                 raise results
             return results
         future: asyncio.Future[list[list[Hit]]] = loop.create_future()
-        self._ensure_running().append(_Pending(queries, k, future))
-        return await future
+        small = len(queries) * (k + QUERY_COST) <= self.quantum and len(queries) < self.max_batch
+        item = _Pending(queries, k, future, small, results=[[] for _ in queries])
+        self._ensure_running()
+        self._waiting.add(item)
+        if small:
+            self._small.append(item)
+            self._small_at = loop.time()
+            self._arrived.set()
+        else:
+            self._large_waiting.append(item)
+        try:
+            return await future
+        except asyncio.CancelledError:
+            if not future.cancelled():  # the batcher set a result or an error, then this task was cancelled
+                raise
+            self._drop(item)
+            raise
+        finally:
+            self._waiting.discard(item)
 
-    def _count(self, requests: int, queries: int) -> None:
-        self.stats.requests += requests
+    def _drop(self, item: _Pending) -> None:
+        """Forget a request whose caller gave up: its waiting queries are never searched."""
+        for queue in (self._small, self._large, self._large_waiting):
+            if item in queue:
+                queue.remove(item)
+        self.stats.dropped_requests += 1
+        self.stats.dropped_queries += len(item.queries) - item.taken
+
+    def _count(self, queries: int) -> None:
         self.stats.queries += queries
         self.stats.search_calls += 1
         self.stats.largest_batch = max(self.stats.largest_batch, queries)
 
-    def _take(self, pending: list[_Pending], size: int = 0) -> list[_Pending]:
-        """Remove and return the next searches of a batch that holds ``size`` queries so far.
+    def _take(self, now: float) -> list[tuple[_Pending, int, int]]:
+        """Remove the next batch from the queues: ``(request, first query, end)`` per request or part.
 
-        The first is always taken; then more while the batch is under ``max_batch``, in arrival
-        order or smallest first, by turns (see the module docstring).
+        Small requests whole, in arrival order, leaving room for one query of a large request if
+        one waits; then parts of large requests by turns, within ``quantum`` while small requests
+        are arriving, else up to ``max_batch`` queries (see the module docstring).
         """
-        if self._smallest_next:
-            order = sorted(range(len(pending)), key=lambda i: len(pending[i].queries))  # stable: oldest first
-        else:
-            order = list(range(len(pending)))
-        taken: list[int] = []
-        for i in order:
-            if taken and size >= self.max_batch:
+        while len(self._large) < LARGE_IN_TURN and self._large_waiting:
+            self._large.append(self._large_waiting.popleft())
+        batch: list[tuple[_Pending, int, int]] = []
+        size = 0
+        room = self.max_batch - (1 if self._large else 0)
+        while self._small and size + len(self._small[0].queries) <= room:
+            item = self._small.popleft()
+            batch.append((item, 0, len(item.queries)))
+            item.taken = len(item.queries)
+            size += item.taken
+        small_active = now - self._small_at < SMALL_ACTIVE_S
+        budget = self.quantum if small_active else None
+        for _ in range(len(self._large)):
+            if size >= self.max_batch and batch:
                 break
-            taken.append(i)
-            size += len(pending[i].queries)
-        batch = [pending[i] for i in taken]
-        for i in sorted(taken, reverse=True):
-            del pending[i]
+            item = self._large[0]
+            left = len(item.queries) - item.taken
+            n = min(left, max(1, self.max_batch - size))
+            if budget is not None:
+                n = min(n, budget // (item.k + QUERY_COST))
+                if n < 1 and any(not it.small for it, _, _ in batch):
+                    break
+                n = max(1, n)
+                budget -= n * (item.k + QUERY_COST)
+            batch.append((item, item.taken, item.taken + n))
+            item.taken += n
+            size += n
+            self._large.popleft()
+            if item.taken < len(item.queries):
+                self._large.append(item)  # its next part waits for the others' turns
+            if budget is not None and budget <= 0:
+                break
+        while budget is None and self._large_waiting and size < self.max_batch:
+            # no small requests about: whole large ones fill the batch (a part only if one may start)
+            item = self._large_waiting[0]
+            n = min(len(item.queries), self.max_batch - size)
+            if n < len(item.queries) and len(self._large) >= LARGE_IN_TURN:
+                break
+            self._large_waiting.popleft()
+            batch.append((item, 0, n))
+            item.taken = n
+            size += n
+            if n < len(item.queries):
+                self._large.append(item)
         return batch
 
-    async def _consume(self, pending: list[_Pending]) -> None:
+    async def _consume(self) -> None:
         loop = asyncio.get_running_loop()
-        while pending:
-            self._smallest_next = not self._smallest_next
-            batch = self._take(pending)
-            size = sum(len(item.queries) for item in batch)
+        while self._small or self._large or self._large_waiting:
+            now = loop.time()
+            if not self._small and now < self._large_after and now - self._small_at < SMALL_ACTIVE_S:
+                # large parts alone take at most half the worker's time while small requests arrive
+                self._arrived.clear()
+                with suppress(TimeoutError):
+                    await asyncio.wait_for(self._arrived.wait(), self._large_after - now)
+                continue
             # This worker is idle, so nothing is gained by making the request wait: search what is
             # queued now; requests that arrive while the search runs queue up and form the next batch.
-            if size < self.max_batch and self.window_s > 0:
+            if self.window_s > 0 and sum(len(it.queries) for it in self._small) < self.max_batch:
                 await asyncio.sleep(self.window_s)
-                if pending:
-                    batch += self._take(pending, size)
-            groups: dict[int, list[_Pending]] = {}
-            for item in batch:
-                if not item.future.done():  # skip requests whose client went away
-                    groups.setdefault(item.k, []).append(item)
-            for k, items in groups.items():
-                queries = [q for it in items for q in it.queries]
-                self._count(len(items), len(queries))
-                results = await loop.run_in_executor(self._executor, search_or_error, self.retriever, queries, k)
-                if isinstance(results, Exception):  # handed to every request of the batch
-                    for it in items:
-                        if not it.future.done():
-                            it.future.set_exception(results)
+            batch = self._take(loop.time())
+            groups: dict[int, list[tuple[_Pending, int, int]]] = {}
+            for part in batch:
+                groups.setdefault(part[0].k, []).append(part)
+            # the groups with small requests first, so that their answers leave before large parts run
+            order = sorted(groups, key=lambda k: (not any(p.small for p, _, _ in groups[k]), k))
+            for k in order:
+                parts = [p for p in groups[k] if not p[0].future.done()]  # callers that went away: skipped
+                if not parts:
                     continue
+                queries = [q for item, a, b in parts for q in item.queries[a:b]]
+                self._count(len(queries))
+                started = loop.time()
+                results = await loop.run_in_executor(self._executor, search_or_error, self.retriever, queries, k)
+                if any(not item.small for item, _, _ in parts):
+                    self._large_after = 2 * loop.time() - started  # rest as long as the large parts took
                 pos = 0
-                for it in items:
-                    part = results[pos : pos + len(it.queries)]
-                    pos += len(it.queries)
-                    if not it.future.done():
-                        it.future.set_result(part)
+                for item, a, b in parts:
+                    if item.future.done():  # gave up while its part was searched
+                        pos += b - a
+                        continue
+                    if isinstance(results, Exception):  # handed to every request of the call
+                        self._fail(item, results)
+                        continue
+                    item.results[a:b] = results[pos : pos + b - a]
+                    pos += b - a
+                    item.answered += b - a
+                    if item.answered == len(item.queries):
+                        self.stats.requests += 1
+                        item.future.set_result(item.results)
+
+    def _fail(self, item: _Pending, exc: BaseException) -> None:
+        """Fail a request (and forget its parts still waiting)."""
+        for queue in (self._large, self._large_waiting):
+            if item in queue:
+                queue.remove(item)
+        self.stats.requests += 1
+        item.future.set_exception(exc)
 
     async def aclose(self) -> None:
-        """Stop the consumers and the worker threads."""
+        """Stop the consumers and the worker threads; requests still waiting fail with a RetrieverError."""
         for task in self._consumers:
             task.cancel()
         for task in self._consumers:
@@ -199,5 +328,10 @@ class MicroBatcher:
             except (asyncio.CancelledError, RuntimeError):
                 pass
         self._consumers = []
-        self._pending = None
+        waiting, self._waiting = self._waiting, set()
+        self._small, self._large, self._large_waiting = deque(), deque(), deque()
+        for item in waiting:
+            if not item.future.done():
+                item.future.set_exception(RetrieverError("the search service is shutting down"))
+        self._loop = None
         self._executor.shutdown(wait=False, cancel_futures=True)

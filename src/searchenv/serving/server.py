@@ -27,7 +27,11 @@ exhaust the server's file descriptors and ``/health`` keeps answering.
 Concurrent requests are gathered by a :class:`MicroBatcher`: an idle search worker takes the
 waiting requests at once (no waiting window by default, so one client sees no added latency), and
 the requests that arrive while a search runs are gathered into the next call, one
-``search_batch`` per distinct ``k``, on a worker thread so the event loop never blocks.
+``search_batch`` per distinct ``k``, on a worker thread so the event loop never blocks. Large
+requests are searched in parts, by turns, so they cannot starve small ones (see the batcher). A
+request whose client disconnects is given up at once: its queries not yet searched are dropped,
+and no answer is made for it. :func:`uvicorn_config` bounds a graceful shutdown
+(``graceful_timeout``): the requests still running then are cancelled.
 
 Every limit (body size, queries per request, ``topk``, query length) and every malformed request
 (bad JSON, nesting deeper than 64, integers over 4,300 digits) is answered with a 4xx status and
@@ -163,6 +167,16 @@ class _ApiError(Exception):
         self.headers = headers
 
 
+class _ClientGone(Exception):
+    """The client disconnected before its answer was ready."""
+
+
+async def _disconnected(request: Request) -> None:
+    """Return when the client disconnects (the request's body has been read whole before)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
 def _contents(hit: Hit) -> str:
     return Document(hit.doc_id, hit.title, hit.text).contents
 
@@ -223,6 +237,7 @@ def create_app(
     info: dict[str, Any] | None = None,
     allowed_hosts: Sequence[str] = DEFAULT_ALLOWED_HOSTS,
     accept_untyped_msgpack: bool = False,
+    batch_quantum: int = 128,
 ) -> FastAPI:
     """Build the retrieval service around ``retriever`` (see the module docstring).
 
@@ -239,6 +254,9 @@ def create_app(
         allowed_hosts: Names accepted in the ``Host`` header besides IP addresses (``"*"``: any).
         accept_untyped_msgpack: Read a body without a ``Content-Type`` as msgpack (GEM's search
             client sends one); off by default, since a web page can send such a body cross-site.
+        batch_quantum: Cost (``topk`` plus 10 per query) above which a request is searched in
+            parts; while small requests arrive, a batch holds at most this much of large ones
+            (:class:`MicroBatcher`'s ``quantum``).
 
     Returns:
         The FastAPI application (run it with uvicorn; :func:`uvicorn_config` sets its limits).
@@ -251,7 +269,7 @@ def create_app(
     if default_topk > lim.max_topk:
         raise ValueError(f"default_topk {default_topk} exceeds max_topk {lim.max_topk}")
     batcher = MicroBatcher(retriever, window_s=batch_window_ms / 1000.0, max_batch=max_batch,
-                           enabled=micro_batch, workers=workers)
+                           enabled=micro_batch, workers=workers, quantum=batch_quantum)
     expected_token = check_token(token).encode() if token else None
     hosts = {h.lower() for h in allowed_hosts}
 
@@ -269,6 +287,10 @@ def create_app(
     async def _api_error(_: Request, exc: _ApiError) -> JSONResponse:
         return JSONResponse({"error": exc.message, "detail": exc.message}, status_code=exc.status,
                             headers=exc.headers)
+
+    @app.exception_handler(_ClientGone)
+    async def _client_gone(_: Request, exc: _ClientGone) -> Response:
+        return Response(status_code=499)  # nginx's "client closed request": nobody reads it
 
     @app.exception_handler(Exception)
     async def _internal_error(_: Request, exc: Exception) -> JSONResponse:
@@ -341,9 +363,24 @@ def create_app(
                 raise _ApiError(422, f"query {i} has {len(q)} characters, more than the limit of "
                                      f"{lim.max_query_chars}")
 
-    async def run_search(queries: list[str], k: int) -> list[list[Hit]]:
+    async def run_search(request: Request, queries: list[str], k: int) -> list[list[Hit]]:
+        """The hits of ``queries``; given up (:class:`_ClientGone`) as soon as the client disconnects."""
+        search = asyncio.ensure_future(batcher.search(queries, k))
+        gone = asyncio.ensure_future(_disconnected(request))
         try:
-            return await batcher.search(queries, k)
+            done, _ = await asyncio.wait((search, gone), return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:  # this request is cancelled (the graceful shutdown's timeout)
+            search.cancel()
+            gone.cancel()
+            raise
+        gone.cancel()
+        if gone in done:  # nobody will read the answer: its queries not yet searched are dropped
+            if search.done() and not search.cancelled():
+                search.exception()  # retrieved, so that asyncio does not log it
+            search.cancel()
+            raise _ClientGone
+        try:
+            return search.result()
         except Exception:  # RetrieverError, or whatever a damaged index raises (IndexError, OSError...)
             log.exception("search of %d queries failed", len(queries))
             raise _ApiError(503, "retrieval failed; the server log has the details") from None
@@ -359,14 +396,14 @@ def create_app(
                 r1 = SearchR1Request.model_validate(payload)
                 check_queries(r1.queries)
                 k = check_topk(r1.topk, "topk")
-                hits = await run_search(r1.queries, k)
+                hits = await run_search(request, r1.queries, k)
                 return _answer(search_r1_result(hits, r1.return_scores), msgpack)
             if "query" in payload:
                 sq = SingleQueryRequest.model_validate(payload)
                 check_queries([sq.query])
                 given = next((v for v in (sq.top_k, sq.topk, sq.k) if v is not None), None)
                 k = check_topk(given, "top_k")
-                single = (await run_search([sq.query], k))[0]
+                single = (await run_search(request, [sq.query], k))[0]
                 [r1_row] = search_r1_result([single], sq.return_scores)["result"]
                 if msgpack:  # GEM's client: one flat list under "result"
                     return _answer({"result": r1_row}, True)
@@ -645,12 +682,15 @@ def uvicorn_config(
     *,
     connections: ConnectionLimits | None = None,
     log_level: str = "info",
+    graceful_timeout: float = 5.0,
 ) -> uvicorn.Config:
     """A uvicorn configuration that serves ``app`` within :class:`ConnectionLimits`.
 
     Run it with ``uvicorn.Server(config).run()``. The cap on connections and the accept backlog
     are lowered to what the open-file limit leaves (the cap with a warning), so accepting never
-    runs out of descriptors: asyncio would log an error for every refused ``accept``.
+    runs out of descriptors: asyncio would log an error for every refused ``accept``. On SIGTERM
+    or SIGINT the server stops accepting and lets the requests in progress finish for at most
+    ``graceful_timeout`` seconds, then cancels them (their queued queries are dropped) and exits.
 
     Args:
         app: The application from :func:`create_app`.
@@ -658,10 +698,17 @@ def uvicorn_config(
         port: TCP port (0: any free port).
         connections: Connection limits (default :class:`ConnectionLimits`).
         log_level: uvicorn's log level.
+        graceful_timeout: Most seconds a shutdown waits for the requests in progress.
 
     Returns:
         The configuration.
+
+    Raises:
+        ValueError: If ``graceful_timeout`` is not a positive number.
     """
+    if isinstance(graceful_timeout, bool) or not isinstance(graceful_timeout, (int, float)) \
+            or not 0 < graceful_timeout < float("inf"):
+        raise ValueError(f"graceful_timeout must be a positive number of seconds, got {graceful_timeout!r}")
     lim = connections if connections is not None else ConnectionLimits()
     cap, backlog = _fit_descriptors(lim.max_connections)
     if cap < lim.max_connections:
@@ -670,4 +717,5 @@ def uvicorn_config(
         lim = replace(lim, max_connections=cap)
     protocol = type("GuardedH11Protocol", (_GuardedH11Protocol,), {"limits": lim})
     return uvicorn.Config(app, host=host, port=port, http=protocol, ws="none", lifespan="on", log_level=log_level,
-                          access_log=False, timeout_keep_alive=lim.keep_alive_timeout, backlog=backlog)
+                          access_log=False, timeout_keep_alive=lim.keep_alive_timeout, backlog=backlog,
+                          timeout_graceful_shutdown=graceful_timeout)  # type: ignore[arg-type]  # a float works

@@ -84,7 +84,7 @@ def test_shared_reward_and_each_roles_penalties_are_separate_terms(corpus_file: 
     final = _play(e, {"generator": "<answer> Essaly </answer>"})
     returns = {role: r for role, (r, _) in final.items()}
     assert returns == {"rewriter": 0.5, "selector": 0.0, "generator": 1.0}
-    for role, (ret, info) in final.items():
+    for ret, info in final.values():
         assert sum(info["reward_terms"].values()) == pytest.approx(ret) and info["reward_terms"]["shared"] == 1.0
         assert info["answer"] == "Essaly" and info["em"] == 1.0 and info["f1"] == 1.0
     summary = final["generator"][1]["summary"]

@@ -124,7 +124,7 @@ class RoleEpisode:
         self.max_question_chars = max_question_chars
         self.reward_name = reward if isinstance(reward, str) else None
         metric = isinstance(reward, str) and reward in METRIC_REWARDS
-        self.reward_fn: Reward | None = None if metric else get_reward(reward)  # type: ignore[arg-type]
+        self.reward_fn: Reward | None = None if metric else get_reward(reward)
         self.prompts = {r: ROLE_PROMPTS[r].format(max_queries=max_sub_queries) for r in ROLES}
         self.max_candidates = (max_sub_queries if "rewriter" in self.roles else 1) * top_k
         docs = document_chars(max_doc_chars, self.max_candidates)

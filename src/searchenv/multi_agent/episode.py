@@ -130,18 +130,11 @@ class RoleEpisode:
         docs = document_chars(max_doc_chars, self.max_candidates)
         self.observation_bound = max(len(p) for p in self.prompts.values()) + max_question_chars + docs + 200
         self.example: QAExample | None = None
+        self._clear()
 
-    # ---- the flow -------------------------------------------------------------------------------
-    def reset(self, example: QAExample) -> None:
-        """Start an episode on ``example``; without a rewriter, the question is the query to search.
-
-        Raises:
-            ValueError: If the question is longer than ``max_question_chars``.
-        """
-        if len(example.question) > self.max_question_chars:
-            raise ValueError(f"example {example.id!r}: question has {len(example.question)} characters, over "
-                             f"max_question_chars={self.max_question_chars}")
-        self.example = example
+    def _clear(self) -> None:
+        """No episode: every per-episode field at its start value."""
+        self.example = None
         self.turn = 0
         self.outputs: dict[str, str] = {}
         self.problems: dict[str, dict[str, float]] = {}
@@ -156,6 +149,19 @@ class RoleEpisode:
         self.shared_terms: dict[str, float] = {}
         self.done = False
         self.pending_queries: tuple[str, ...] = ()
+
+    # ---- the flow -------------------------------------------------------------------------------
+    def reset(self, example: QAExample) -> None:
+        """Start an episode on ``example``; without a rewriter, the question is the query to search.
+
+        Raises:
+            ValueError: If the question is longer than ``max_question_chars``.
+        """
+        if len(example.question) > self.max_question_chars:
+            raise ValueError(f"example {example.id!r}: question has {len(example.question)} characters, over "
+                             f"max_question_chars={self.max_question_chars}")
+        self._clear()
+        self.example = example
         if "rewriter" not in self.roles:
             self.pending_queries = self.queries = (example.question[:MAX_QUERY_CHARS],)
 

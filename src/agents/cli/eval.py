@@ -13,7 +13,11 @@ from typing import Any
 
 import typer
 
+from agents.baselines.pipelines import PIPELINE_NAMES
 from agents.baselines.registry import AGENT_NAMES, LLM_AGENTS
+
+_KNOWN = (*AGENT_NAMES, *PIPELINE_NAMES)  # agents, and the multi-agent pipelines (docs/multi_agent.md)
+_MODEL_AGENTS = LLM_AGENTS | {"mmoa-llm"}
 
 
 def check_model_flags(model: str | None, model_url: str | None, served_model: str | None, api: str) -> None:
@@ -105,7 +109,7 @@ def custom_retrievers(specs: list[str], options: list[str], task: str, split: st
 
 def eval_command(
     agent: list[str] = typer.Option(
-        ..., "--agent", "-a", help=f"Agent to evaluate (repeatable): {', '.join(AGENT_NAMES)}."
+        ..., "--agent", "-a", help=f"Agent or pipeline to evaluate (repeatable): {', '.join(_KNOWN)}."
     ),
     task: str = typer.Option("synthetic-mixed", "--task", "-t", help="Task name or QA JSONL file."),
     split: str | None = typer.Option(None, "--split", help="Split of a named task (default dev)."),
@@ -187,10 +191,10 @@ def eval_command(
     from searchenv.retrievers import index_kinds
     from searchenv.retrievers.base import RetrieverError
 
-    unknown = [a for a in agent if a not in AGENT_NAMES]
+    unknown = [a for a in agent if a not in _KNOWN]
     if unknown:
         raise typer.BadParameter(
-            f"unknown agent(s) {', '.join(unknown)}; known: {', '.join(AGENT_NAMES)}", param_hint="--agent"
+            f"unknown agent(s) {', '.join(unknown)}; known: {', '.join(_KNOWN)}", param_hint="--agent"
         )
     err = Console(stderr=True)
     task_is_file = check_task_file(task)
@@ -213,7 +217,7 @@ def eval_command(
         raise typer.BadParameter(str(exc), param_hint="--device") from None
     check_model_flags(model, model_url, served_model, api)
     policy: Any = None
-    if any(a in LLM_AGENTS for a in agent):
+    if any(a in _MODEL_AGENTS for a in agent):
         policy = build_policy(model, model_url, served_model, api, concurrency, request_timeout, device, err)
 
     def progress(r: EvalResult) -> None:
@@ -239,7 +243,7 @@ def eval_command(
         err.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
 
     retrievers = custom_retrievers(retriever, retriever_option, task, split or "dev", corpus)
-    llm = LLM_AGENTS | {"searcher"}
+    llm = _MODEL_AGENTS | {"searcher"}
     checkpoints = out / "checkpoints" if out is not None else None
     run_key: dict[str, Any] = {}
     if checkpoints is not None:  # the model flags; evaluate() adds the name the server serves

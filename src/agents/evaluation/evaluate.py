@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.baselines import Agent, EpisodeResult, make_agent, run_agent
+from agents.baselines.pipelines import PIPELINE_NAMES, Pipeline, make_pipeline, run_pipeline
 from agents.evaluation.summary import mean as _mean
 from agents.evaluation.summary import metric_means, share
 from agents.policies.base import Policy
@@ -218,7 +219,7 @@ def load_split(
 
 
 def evaluate(
-    agent: Agent | str,
+    agent: Agent | Pipeline | str,
     *,
     task: str | os.PathLike[str] | Sequence[QAExample] = "synthetic-mixed",
     split: str = "dev",
@@ -245,7 +246,10 @@ def evaluate(
     """Run an agent on the first ``n`` questions of a task split and aggregate the scores.
 
     Args:
-        agent: An :class:`~agents.baselines.Agent` or a reference agent name.
+        agent: An :class:`~agents.baselines.Agent`, a reference agent or pipeline name, or a
+            :class:`~agents.baselines.pipelines.Pipeline` (run by :func:`~agents.baselines.pipelines.run_pipeline`
+            on the multi-agent episode: ``reward`` is its shared reward, ``env_kwargs`` go to
+            :class:`~searchenv.multi_agent.RoleEpisode`, ``protocol`` and ``max_turns`` do not apply).
         task: Task name, QA JSONL file or examples.
         split: Split of a named task.
         retriever: Retriever name (``bm25``, ``dense``), index folder or instance.
@@ -287,7 +291,9 @@ def evaluate(
     if infra_errors not in ("exclude", "score"):
         raise ValueError(f"infra_errors must be 'exclude' or 'score', got {infra_errors!r}")
     examples, ret = load_split(task, split, retriever, corpus=corpus, n=n)
-    if isinstance(agent, str):
+    if isinstance(agent, str) and agent in PIPELINE_NAMES:
+        agent = make_pipeline(agent, policy=policy, max_new_tokens=max_new_tokens)
+    elif isinstance(agent, str):
         agent = make_agent(agent, policy=policy, max_new_tokens=max_new_tokens, seed=seed, device=device)
     name, ret_label = agent.name, retriever_label or _label(retriever)
     task_label = _label(task) if isinstance(task, str | os.PathLike) else "examples"
@@ -337,7 +343,11 @@ def evaluate(
         log(f"{name} / {ret_label}: {len(saved) + done}/{len(examples)} episodes ({elapsed:.0f} s{left}{failed})")
 
     ran: list[EpisodeResult] = []
-    if todo:
+    if todo and isinstance(agent, Pipeline):  # the multi-agent episode (MMOA-RAG roles): no protocol, no turns
+        ran = run_pipeline(agent, [examples[i] for i in todo], ret, top_k=top_k, reward=reward,
+                           batch_size=batch_size, seed=seed, env_kwargs=env_kwargs, positions=todo,
+                           on_records=save, on_batch=progress)
+    elif todo and not isinstance(agent, Pipeline):
         ran = run_agent(
             agent,
             [examples[i] for i in todo],
@@ -377,7 +387,7 @@ def evaluate(
     if where is not None:
         config["device"] = str(where)
     if before is not None:
-        after = agent.policy.usage  # type: ignore[attr-defined]
+        after = agent.policy.usage  # type: ignore[union-attr]
         # requests, prompt/completion tokens as the server counted them, retries, request seconds
         config["model_usage"] = {k: round(after[k] - before.get(k, 0), 3) for k in after}
     is_file = isinstance(task, str | os.PathLike) and Path(task).is_file()  # a QA file is one split: "file"

@@ -153,8 +153,8 @@ class SearchQAService:
             check_evidence(opened, examples, task, retriever)
         self.retriever = _LockedRetriever(opened)
         self.env_kwargs = {"protocol": protocol, "reward": reward, **env_kwargs}
-        probe = SearchQAEnv(self.splits[split][:1], retriever=self.retriever, **self.env_kwargs)  # type: ignore[arg-type]
-        self.tools = probe.protocol.tools  # type: ignore[attr-defined]
+        probe = SearchQAEnv(self.splits[split], retriever=self.retriever, **self.env_kwargs)
+        self.tools = probe.protocol.tools
         self.reward_range = (check_range(reward_range) if reward_range is not None
                              else step_reward_range(get_reward(reward), probe.protocol))
         self._free: dict[str, list[SearchQAEnv]] = {name: [probe] if name == split else [] for name in self.splits}
@@ -171,7 +171,7 @@ class SearchQAService:
         with self._lock:
             if self._free[split]:
                 return self._free[split].pop()
-        return SearchQAEnv(self.splits[split], retriever=self.retriever, **self.env_kwargs)  # type: ignore[arg-type]
+        return SearchQAEnv(self.splits[split], retriever=self.retriever, **self.env_kwargs)
 
     def release(self, split: str, env: SearchQAEnv) -> None:
         """Hand ``env`` back for the next session (kept while fewer than 4096 are free)."""
@@ -200,7 +200,7 @@ def _json_safe(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str))
 
 
-class SearchQAEnvironment(Environment):  # type: ignore[type-arg]
+class SearchQAEnvironment(Environment):
     """One session: a :class:`~searchenv.env.SearchQAEnv` episode driven by tool calls (module docstring).
 
     Args:

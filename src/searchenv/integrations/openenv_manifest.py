@@ -108,7 +108,8 @@ def manifest(
         "port": port,
         "validation": {
             "reward": {"range": [low, high], "oracle_tolerance": 0.0, "floor_margin": round((high - low) / 2, 6)},
-            "resources": {"cpu": 1.0, "memory_mb": 2048, "disk_mb": 1024, "episode_timeout_s": float(episode_timeout_s)},
+            "resources": {"cpu": 1.0, "memory_mb": 2048, "disk_mb": 1024,
+                          "episode_timeout_s": float(episode_timeout_s)},
             "capabilities": {
                 "verifier": {"kind": "reward_channel"},
                 "task_api": True,

@@ -11,6 +11,10 @@ VERL_STAMP := $(VERL_VENV)/.installed
 SKYRL_VENV ?= .venv-skyrl
 SKYRL_STAMP := $(SKYRL_VENV)/.installed
 SKYRL_PYTHON ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) python3.12)
+# OpenEnv pins mcp and fastmcp (the main environment has mcp 2) and pulls gradio: its server is tested in a
+# virtual environment of its own (no torch: neither openenv nor the server needs it).
+OPENENV_VENV ?= .venv-openenv
+OPENENV_STAMP := $(OPENENV_VENV)/.installed
 # The CPU build of torch that this project pins for set-up (the package itself needs only torch>=2.4).
 TORCH_PIN ?= torch==2.13.0
 
@@ -45,13 +49,19 @@ $(SKYRL_STAMP): pyproject.toml Makefile
 	$(SKYRL_VENV)/bin/python -m pip install -q "skyrl==0.4.0" "ray==2.57.0" aiohttp orjson pybase64 loguru tqdm omegaconf jaxtyping skyrl-gym pytest hypothesis -e ".[serve]" "$(TORCH_PIN)"
 	touch $(SKYRL_STAMP)
 
+$(OPENENV_STAMP): pyproject.toml Makefile
+	$(PYTHON) -m venv $(OPENENV_VENV)
+	$(OPENENV_VENV)/bin/python -m pip install -q --upgrade pip
+	$(OPENENV_VENV)/bin/python -m pip install -q pytest hypothesis -e ".[openenv]"
+	touch $(OPENENV_STAMP)
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-test: lint typecheck $(VERL_STAMP) $(SKYRL_STAMP)
+test: lint typecheck $(VERL_STAMP) $(SKYRL_STAMP) $(OPENENV_STAMP)
 	$(PY) -m pytest -q --durations=15
 
 # The inner loop: lint, types and the tests not marked slow (no served models, engine runs or documented walkthroughs).
@@ -66,4 +76,4 @@ demo: $(STAMP)
 		--agent random --out runs/demo
 
 clean:
-	rm -rf $(VENV) $(VERL_VENV) $(SKYRL_VENV) runs .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(VERL_VENV) $(SKYRL_VENV) $(OPENENV_VENV) runs .pytest_cache .mypy_cache .ruff_cache

@@ -154,6 +154,11 @@ def test_warm_start_learns_each_roles_oracle_output(tmp_path: Path, qa_file: Pat
         assert sample.ids[-1] == policy.tokenizer.eos_token_id and policy.decode(sample.ids[n:]) == assistant["content"]
     with pytest.raises(ValueError, match="system, user, assistant"):
         role_samples(policy, episode["messages"][:2])
+    oracle, counts = cfg.demonstrations(policy)
+    demos = tmp_path / "episodes.jsonl"  # the transcripts `searchenv eval --agent mmoa-oracle` writes
+    demos.write_text("".join(json.dumps(r) + "\n" for r in oracle_pipeline_episodes(cfg, 4)))
+    from_file, file_counts = MAPPOSFTConfig(**{**cfg.to_dict(), "demos": str(demos)}).demonstrations(policy)
+    assert [s.ids for s in from_file] == [s.ids for s in oracle] and file_counts == counts
     out = train_sft(cfg, policy=policy)
     recs = read_metrics(cfg.output_dir)
     assert out["last"]["role_samples"] == 3 * out["last"]["demos_kept"] and out["last"]["demos_kept"] >= 3

@@ -16,6 +16,7 @@ from agents.trainers.advantages import role_advantages
 from agents.trainers.mappo import MAPPOConfig, TeamEpisode, train_mappo
 from agents.trainers.mappo_sft import MAPPOSFTConfig, role_samples
 from agents.trainers.metrics import read_metrics
+from agents.trainers.samples import forward_logprobs, pad_samples
 from searchenv.multi_agent import ROLE_PROMPTS, ROLES
 from tests.tiny_model import one_thread, tiny_policy
 
@@ -91,6 +92,7 @@ def test_mappo_trains_every_role_and_only_its_own_tokens(tmp_path: Path, qa_file
 
 def test_the_shared_return_reaches_every_roles_advantage(tmp_path: Path, qa_file: Path, corpus_file: Path) -> None:
     captured: dict[float, list[TeamEpisode]] = {}
+    trained: dict[float, Any] = {}
 
     def run(value: float) -> dict[str, Any]:
         def shared(ctx: Any) -> tuple[float, dict[str, float]]:  # paid at the answer turn only
@@ -98,8 +100,8 @@ def test_the_shared_return_reaches_every_roles_advantage(tmp_path: Path, qa_file
             return r, {"toy": r}
 
         cfg = _cfg(tmp_path / f"r{value}", qa_file, corpus_file, steps=1, whiten_advantages=False)
-        train_mappo(cfg, policy=tiny_policy(seed=0), reward=shared,
-                    on_episodes=lambda step, eps: captured.__setitem__(value, eps))
+        trained[value] = train_mappo(cfg, policy=tiny_policy(seed=0), reward=shared,
+                                     on_episodes=lambda step, eps: captured.__setitem__(value, eps))["policy"]
         return read_metrics(cfg.output_dir)[0]
 
     low, high = run(0.0), run(1.0)
@@ -113,6 +115,14 @@ def test_the_shared_return_reaches_every_roles_advantage(tmp_path: Path, qa_file
     for role in ROLES:
         assert high["roles"][role]["advantage"] - low["roles"][role]["advantage"] == pytest.approx(1.0)
         assert high["roles"][role]["reward"] - low["roles"][role]["reward"] == pytest.approx(1.0)
+    # every role's advantage is positive in the high run: each role's own tokens became likelier
+    assert all(t.extras["raw_advantage"] > 0 for e in captured[1.0] for t in e.turns)
+    for j, role in enumerate(ROLES):
+        turns = [e.turns[j] for e in captured[1.0]]
+        with torch.no_grad():
+            after = forward_logprobs(trained[1.0].model, pad_samples(turns, 0)).logprobs
+        before = torch.tensor([t.extras["old_logprobs"] + [0.0] * (after.shape[1] - len(t.ids)) for t in turns])
+        assert float(after.sum()) > float(before.sum()), role
 
 
 def test_mappo_resume_after_kill_matches_uninterrupted_run(tmp_path: Path, qa_file: Path, corpus_file: Path) -> None:

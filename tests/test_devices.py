@@ -3,8 +3,9 @@
 The tiny policy is placed on a virtual ``cuda:0`` (:mod:`tests.virtual_device`): its tensors report
 that device and any operation mixing them with host tensors raises, as CUDA does. SFT, GRPO (with
 a reference model, several updates per batch, dynamic sampling, REX-RAG probes, the UR2 curriculum,
-LoRA) and PPO (value head, reference) then run whole steps; since everything really runs on the
-CPU, each run must also measure what the same run without the check measures.
+LoRA), PPO (value head, reference) and MAPPO (every role, the centralised value, reference) then run
+whole steps; since everything really runs on the CPU, each run must also measure what the same run
+without the check measures.
 """
 
 from __future__ import annotations
@@ -169,6 +170,21 @@ def test_ppo_step_on_the_device(tmp_path: Path, qa_file: Path, corpus_file: Path
 
     out = _run_both(train_ppo, make, reward=_parity_reward)
     assert float(out["value_head"].linear.weight.detach().abs().sum()) > 0
+
+
+def test_mappo_step_on_the_device(tmp_path: Path, qa_file: Path, corpus_file: Path) -> None:
+    from agents.trainers.mappo import MAPPOConfig, train_mappo
+
+    def make(name: str) -> MAPPOConfig:
+        return MAPPOConfig(
+            output_dir=str(tmp_path / name), task=str(qa_file), corpus=str(corpus_file), max_new_tokens=4, top_k=2,
+            max_doc_chars=80, batch_size=2, epochs=2, minibatches=2, micro_batch_size=4, learning_rate=1e-2,
+            steps=1, save_every=0, progress=False, log_every=0, kl_coef=0.05,
+        )
+
+    out = _run_both(train_mappo, make)
+    assert float(out["value_head"].linear.weight.detach().abs().sum()) > 0
+    assert all(r["tokens"] > 0 for r in read_metrics(out["run_dir"])[0]["roles"].values())
 
 
 def test_checkpoints_hold_host_tensors_and_resume_onto_the_device(

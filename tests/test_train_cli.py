@@ -94,7 +94,7 @@ def test_parse_value() -> None:
 runner = CliRunner()
 
 
-@pytest.mark.parametrize("kind", ["sft", "grpo", "ppo"])
+@pytest.mark.parametrize("kind", ["sft", "grpo", "ppo", "mappo-sft", "mappo"])
 def test_cli_dry_run_prints_merged_config(tmp_path: Path, kind: str) -> None:
     cfg = tmp_path / "c.json"
     cfg.write_text(json.dumps({"steps": 5}))

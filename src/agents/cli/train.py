@@ -1,4 +1,4 @@
-"""``searchenv train sft|grpo|ppo`` and ``searchenv plot``.
+"""``searchenv train sft|grpo|ppo|mappo-sft|mappo`` and ``searchenv plot``.
 
 Example::
 
@@ -19,7 +19,7 @@ from typer.core import TyperCommand
 
 from agents.trainers.config import TrainConfig, field_help
 
-_KINDS = ("sft", "grpo", "ppo")
+_KINDS = ("sft", "grpo", "ppo", "mappo-sft", "mappo")
 
 
 def _config_class(kind: str) -> type[TrainConfig]:
@@ -31,6 +31,14 @@ def _config_class(kind: str) -> type[TrainConfig]:
         from agents.trainers.grpo import GRPOConfig
 
         return GRPOConfig
+    if kind == "mappo-sft":
+        from agents.trainers.mappo_sft import MAPPOSFTConfig
+
+        return MAPPOSFTConfig
+    if kind == "mappo":
+        from agents.trainers.mappo import MAPPOConfig
+
+        return MAPPOConfig
     from agents.trainers.ppo import PPOConfig
 
     return PPOConfig
@@ -88,12 +96,18 @@ def run_training(
 
 def _train(kind: str, cfg: TrainConfig, *, resume: bool, overwrite: bool) -> dict[str, Any]:
     """Run the trainer of ``kind`` on ``cfg``."""
-    if kind == "sft":
+    if kind in ("sft", "mappo-sft"):  # the warm start is SFT on the oracle pipeline's role turns
         from agents.trainers.sft import SFTConfig, train_sft
 
         if not isinstance(cfg, SFTConfig):  # pragma: no cover - by construction
             raise TypeError("expected SFTConfig")
         return train_sft(cfg, resume=resume, overwrite=overwrite)
+    if kind == "mappo":
+        from agents.trainers.mappo import MAPPOConfig, train_mappo
+
+        if not isinstance(cfg, MAPPOConfig):  # pragma: no cover
+            raise TypeError("expected MAPPOConfig")
+        return train_mappo(cfg, resume=resume, overwrite=overwrite)
     if kind == "grpo":
         from agents.trainers.grpo import GRPOConfig, train_grpo
 
@@ -136,6 +150,8 @@ def _make_command(kind: str) -> Any:
         "sft": "Cold-start supervised fine-tuning on oracle (or JSONL) demonstrations.",
         "grpo": "GRPO: group-relative advantages, clipped surrogate on policy tokens, KL to a reference.",
         "ppo": "PPO with a value head, token-level GAE, outcome + per-search process rewards.",
+        "mappo-sft": "MAPPO's warm start: SFT of one model on every role's turns of the mmoa-oracle pipeline.",
+        "mappo": "MAPPO (MMOA-RAG): one model as rewriter, selector, generator; shared F1 reward, central value.",
     }[kind]
     return command
 
@@ -171,7 +187,7 @@ class _FieldsEpilogCommand(TyperCommand):
 
 
 def register_train(train_app: typer.Typer) -> None:
-    """Add ``sft``, ``grpo`` and ``ppo`` to the ``train`` group."""
+    """Add ``sft``, ``grpo``, ``ppo``, ``mappo-sft`` and ``mappo`` to the ``train`` group."""
     for kind in _KINDS:
         train_app.command(name=kind, cls=_FieldsEpilogCommand)(_make_command(kind))
 

@@ -164,3 +164,39 @@ def discounted_returns(rewards: Sequence[float] | np.ndarray, gamma: float = 1.0
         running = r[t] + gamma * running
         out[t] = running
     return out
+
+
+def role_advantages(
+    shared: Sequence[float] | np.ndarray,
+    penalties: Sequence[Sequence[float]] | np.ndarray,
+    values: Sequence[Sequence[float]] | np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """MAPPO's per-role advantages for episodes in which each role acts once (MMOA-RAG).
+
+    Role ``r`` of episode ``e`` earns ``R[e, r] = shared[e] + penalties[e, r]``: the team's shared
+    reward plus its own penalties (gamma = 1, one decision per role, so the return is the reward).
+    Its advantage is ``A[e, r] = R[e, r] - values[e, r]``, with ``values`` the centralised critic's
+    estimate at that role's turn. A change of the shared reward moves every role's advantage by
+    the same amount; a penalty moves only its own role's.
+
+    Args:
+        shared: The shared reward per episode, shape ``[E]``.
+        penalties: Each role's penalties per episode, shape ``[E, R]``.
+        values: The critic's value at each role's turn, shape ``[E, R]``.
+
+    Returns:
+        ``(advantages, returns)``, each of shape ``[E, R]``.
+
+    Raises:
+        ValueError: For mismatched shapes or non-finite numbers.
+    """
+    s = np.asarray(shared, dtype=np.float64)
+    p = np.asarray(penalties, dtype=np.float64)
+    v = np.asarray(values, dtype=np.float64)
+    if s.ndim != 1 or p.ndim != 2 or p.shape[0] != s.shape[0] or v.shape != p.shape:
+        raise ValueError(f"shared must be [E], penalties and values [E, R]; got {s.shape}, {p.shape}, {v.shape}")
+    for name, a in (("shared", s), ("penalties", p), ("values", v)):
+        if not np.all(np.isfinite(a)):
+            raise ValueError(f"{name} must be finite, got {a.tolist()}")
+    returns = s[:, None] + p
+    return returns - v, returns

@@ -56,6 +56,12 @@ class SFTConfig(TrainConfig):
 
     default_learning_rate: ClassVar[float] = 2e-5
     default_lora_learning_rate: ClassVar[float] = 5e-4
+    #: The trainer's name in checkpoints and the ``searchenv train`` verb that resumes them.
+    kind: ClassVar[str] = "sft"
+
+    def demonstrations(self, policy: Any, retriever: Any = None) -> tuple[list[Sample], dict[str, float]]:
+        """The samples this run trains on, and counts for the metrics (:func:`load_demos`)."""
+        return load_demos(self, policy, retriever)
 
     def __post_init__(self) -> None:
         """Validate (see :class:`TrainConfig`)."""
@@ -187,6 +193,17 @@ def load_demos(cfg: SFTConfig, policy: Any, retriever: Any = None) -> tuple[list
         records = oracle_transcripts(cfg, cfg.num_demos, retriever)
     else:
         records = [record for _where, record in iter_jsonl(cfg.demos)]
+    kept, counts = select_demos(cfg, records)
+    return [messages_to_sample(policy, r["messages"]) for r in kept], counts
+
+
+def select_demos(cfg: SFTConfig, records: Sequence[Mapping[str, Any]]) -> tuple[list[Mapping[str, Any]],
+                                                                              dict[str, float]]:
+    """The demonstrations worth learning from, and the counts ``demos_total``, ``demos_kept``, ``demos_infra_errors``.
+
+    Raises:
+        ValueError: If none is left.
+    """
     # A demonstration in which the retriever failed shows the model an outage, not the task: never kept.
     infra = sum(1 for r in records if (r.get("metrics") or {}).get("infra_errors"))
     kept = [
@@ -207,9 +224,8 @@ def load_demos(cfg: SFTConfig, policy: Any, retriever: Any = None) -> tuple[list
             DataWarning,
             stacklevel=2,
         )
-    samples = [messages_to_sample(policy, r["messages"]) for r in kept]
-    return samples, {"demos_total": float(len(records)), "demos_kept": float(len(kept)),
-                     "demos_infra_errors": float(infra)}
+    return kept, {"demos_total": float(len(records)), "demos_kept": float(len(kept)),
+                  "demos_infra_errors": float(infra)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -249,7 +265,7 @@ def train_sft(
     policy = init_policy(cfg, policy)
     model = policy.model
     device = model_device(model)
-    samples, demo_stats = load_demos(cfg, policy, retriever)
+    samples, demo_stats = cfg.demonstrations(policy, retriever)
     pad_id = pad_token_id(policy)
 
     params = trainable_parameters(model)
@@ -260,15 +276,15 @@ def train_sft(
     start = 0
     if resume:
         start, ckpt = restore_training_state(
-            run_dir, kind="sft", cfg=cfg, model=model, optimizer=opt, scheduler=sched, gen=gen, order=order
+            run_dir, kind=cfg.kind, cfg=cfg, model=model, optimizer=opt, scheduler=sched, gen=gen, order=order
         )
     log = MetricsLog(run_dir, start)
-    bar = progress_bar(cfg.steps, start, cfg.progress, "sft")
+    bar = progress_bar(cfg.steps, start, cfg.progress, cfg.kind)
     last: dict[str, Any] = last_record(run_dir, start)  # a run resumed at its end reports it
 
     def checkpoint(step: int) -> None:
         save_training_state(
-            run_dir, "sft", step, model=model, cfg=cfg, optimizer=opt, scheduler=sched, gen=gen,
+            run_dir, cfg.kind, step, model=model, cfg=cfg, optimizer=opt, scheduler=sched, gen=gen,
             cursor=order.cursor
         )
 

@@ -32,6 +32,7 @@ _BUILTIN = (
     "searchenv.cli.play_cmd",
     "searchenv.cli.tasks_cmds",
     "searchenv.cli.serve_cmds",
+    "searchenv.cli.mcp_cmd",
 )
 _registered = False
 

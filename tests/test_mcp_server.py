@@ -165,6 +165,13 @@ def test_http_refuses_bad_token_host_and_oversized_bodies_and_keeps_serving(inde
                        "params": {"name": "search", "arguments": {"query": "x" * 100_000}}}).encode()
     assert post(http_server, huge).status_code == 413
     assert post(http_server, b"{not json").status_code in (400, 422)
+    deep = b'{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"search","arguments":{"query":' + \
+        b"[" * 30_000 + b"]" * 30_000 + b"}}}"
+    assert post(http_server, deep).status_code == 400  # a JSON-RPC parse error, not a crashed worker
+    not_an_object = post(http_server, json.dumps({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+                                                  "params": {"name": "search", "arguments": ["Karsk"]}}).encode())
+    assert not_an_object.status_code == 200 and not_an_object.json()["result"]["isError"] is True
+    assert "arguments must be an object" in not_an_object.json()["result"]["content"][0]["text"]
     assert post(http_server, call, **{"Content-Type": "text/plain"}).status_code in (400, 415)
     # stateless: no stream to hold open with GET (it would hang on a connection nothing is sent on)
     assert httpx.get(f"{http_server}/mcp", headers={"Authorization": "Bearer tok", "Accept": "text/event-stream"},

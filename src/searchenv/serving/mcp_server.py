@@ -154,7 +154,8 @@ def _strict_arguments(tools: Mapping[str, frozenset[str]]) -> Callable[..., Any]
                 return _tool_error(name, f"arguments must be an object, got {type(arguments).__name__}")
             unknown = sorted(str(a) for a in arguments or {} if a not in tools[name])
             if unknown:
-                shown = ", ".join(repr(a[:100]) for a in unknown[:10])
+                shown = ", ".join(repr(a[:100]) for a in unknown[:10]) + (
+                    f" and {len(unknown) - 10} more" if len(unknown) > 10 else "")
                 return _tool_error(name, f"unknown argument(s) {shown}; {name} takes {', '.join(sorted(tools[name]))}")
         return await call_next(ctx)
 

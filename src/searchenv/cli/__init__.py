@@ -33,6 +33,7 @@ _BUILTIN = (
     "searchenv.cli.tasks_cmds",
     "searchenv.cli.serve_cmds",
     "searchenv.cli.openenv_cmd",
+    "searchenv.cli.mcp_cmd",
 )
 _registered = False
 

@@ -33,9 +33,8 @@ from openenv.core.env_server.mcp_types import CallToolAction
 from openenv.core.mcp_client import MCPToolClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import write_results  # noqa: E402
-
 import searchenv  # noqa: E402,F401  (registers SearchQA-v0)
+from _common import write_results  # noqa: E402
 from searchenv.protocols import Answer, Search, get_protocol  # noqa: E402
 from searchenv.retrievers.bm25 import BM25Retriever  # noqa: E402
 from searchenv.tasks import load_task  # noqa: E402

@@ -128,7 +128,8 @@ def episode(config: SearchQASettings, index: int, turns: Sequence[str]) -> tuple
     """
     _, env = _opened(_settings(config))
     env.reset(options={"index": index})
-    total, info, done = 0.0, {}, False
+    total, done = 0.0, False
+    info: Mapping[str, Any] = {}
     for turn in turns:
         _, reward, terminated, truncated, info = env.step(turn)
         total += float(reward)

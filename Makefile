@@ -15,6 +15,10 @@ SKYRL_PYTHON ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3
 # virtual environment of its own (no torch: neither openenv nor the server needs it).
 OPENENV_VENV ?= .venv-openenv
 OPENENV_STAMP := $(OPENENV_VENV)/.installed
+# verifiers 0.4 pins mcp==2.0.0 (the main environment has mcp 2.3): its environment package (`searchqa`) is tested
+# in a virtual environment of its own (no torch).
+VERIFIERS_VENV ?= .venv-verifiers
+VERIFIERS_STAMP := $(VERIFIERS_VENV)/.installed
 # The CPU build of torch that this project pins for set-up (the package itself needs only torch>=2.4).
 TORCH_PIN ?= torch==2.13.0
 
@@ -55,13 +59,19 @@ $(OPENENV_STAMP): pyproject.toml Makefile
 	$(OPENENV_VENV)/bin/python -m pip install -q pytest hypothesis -e ".[openenv]"
 	touch $(OPENENV_STAMP)
 
+$(VERIFIERS_STAMP): pyproject.toml Makefile
+	$(PYTHON) -m venv $(VERIFIERS_VENV)
+	$(VERIFIERS_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VERIFIERS_VENV)/bin/python -m pip install -q pytest hypothesis -e ".[verifiers]"
+	touch $(VERIFIERS_STAMP)
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-test: lint typecheck $(VERL_STAMP) $(SKYRL_STAMP) $(OPENENV_STAMP)
+test: lint typecheck $(VERL_STAMP) $(SKYRL_STAMP) $(OPENENV_STAMP) $(VERIFIERS_STAMP)
 	$(PY) -m pytest -q --durations=15
 
 # The inner loop: lint, types and the tests not marked slow (no served models, engine runs or documented walkthroughs).
@@ -76,4 +86,4 @@ demo: $(STAMP)
 		--agent random --out runs/demo
 
 clean:
-	rm -rf $(VENV) $(VERL_VENV) $(SKYRL_VENV) $(OPENENV_VENV) runs .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(VERL_VENV) $(SKYRL_VENV) $(OPENENV_VENV) $(VERIFIERS_VENV) runs .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,87 @@
+"""``searchqa`` through verifiers' own CLIs (run in .venv-verifiers by tests/test_verifiers_env.py).
+
+``vf-validate`` must pass on 50 tasks; ``vf-eval searchqa`` against a model server (a scripted oracle
+here, ``transformers serve`` when ``SEARCHQA_MODEL_URL`` names one) must exit 0 with each trace's reward
+equal to the return in-process ``SearchQA-v0`` gives the trace's assistant turns.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import pytest
+from tests.vf_env.scripted_model import scripted_model
+
+import searchenv  # noqa: F401  (registers SearchQA-v0)
+from searchenv.integrations.verifiers import SearchQASettings, _opened, _settings
+from searchenv.protocols.tools import tool_turn_text
+
+BIN = Path(sys.executable).parent
+
+
+def _in_process_return(index: int, nodes: list[dict[str, Any]]) -> tuple[float, float]:
+    """The return and EM of in-process SearchQA-v0 (the settings' defaults) on a trace's assistant turns."""
+    env = gym.make("SearchQA-v0", task="synthetic-2hop", split="dev", retriever="bm25", protocol="tools",
+                   top_k=3, max_turns=4).unwrapped
+    env.reset(options={"index": index})
+    total, info = 0.0, {}
+    for node in nodes:
+        m = node["message"]
+        if m["role"] != "assistant":
+            continue
+        calls = [{"id": c["id"], "function": {"name": c["name"], "arguments": c["arguments"]}}
+                 for c in m.get("tool_calls") or []]
+        _, reward, terminated, truncated, info = env.step(tool_turn_text(m.get("content") or "", calls, ids=True))
+        total += float(reward)
+        if terminated or truncated:
+            break
+    return total, float(info.get("em", 0.0))
+
+
+def _vf_eval(url: str, out: Path, n: int, model: str, *extra: str) -> list[dict[str, Any]]:
+    proc = subprocess.run([str(BIN / "vf-eval"), "searchqa", "-n", str(n), "-m", model, "--client.base-url", url,
+                           "--client.api-key-var", "OPENAI_API_KEY", "-o", str(out), *extra],
+                          env={**os.environ, "OPENAI_API_KEY": "local"}, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    [traces] = out.glob("*/traces.jsonl")
+    return [t for line in traces.read_text().splitlines() for t in json.loads(line)["traces"]]
+
+
+def test_vf_validate_passes_on_50_tasks(tmp_path: Path) -> None:
+    proc = subprocess.run([str(BIN / "vf-validate"), "searchqa", "-n", "50", "-o", str(tmp_path),
+                           "--runtime.type", "subprocess"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    [summary] = tmp_path.glob("*/summary.json")
+    got = json.loads(summary.read_text())
+    assert got["total"] == 50 and got["outcomes"]["valid"] == 50, got
+    assert got["checks"]["gold"]["valid"] == 50 and got["checks"]["noop"]["valid"] == 50
+
+
+def test_vf_eval_rewards_equal_in_process_searchqa(tmp_path: Path) -> None:
+    examples, _ = _opened(_settings(SearchQASettings()))
+    with scripted_model(examples) as url:
+        traces = _vf_eval(url, tmp_path / "ev", 6, "oracle")
+    assert len(traces) == 6
+    for trace in traces:
+        assert trace["errors"] == [] and trace["stop_condition"] == "episode_over", trace["errors"]
+        want, em = _in_process_return(trace["task"]["data"]["example_index"], trace["nodes"])
+        assert trace["rewards"]["episode_return"]["score"] == pytest.approx(want)
+        assert trace["metrics"]["em"] == em == 1.0 and trace["metrics"]["searches"] >= 1
+        assert 0.0 <= trace["metrics"]["evidence_recall"] <= 1.0
+
+
+@pytest.mark.skipif(not os.environ.get("SEARCHQA_MODEL_URL"), reason="no served model (SEARCHQA_MODEL_URL)")
+def test_vf_eval_with_a_served_model(tmp_path: Path) -> None:
+    traces = _vf_eval(os.environ["SEARCHQA_MODEL_URL"], tmp_path / "ev", 2, os.environ["SEARCHQA_MODEL"],
+                      "--env.agent.max-output-tokens", "48")
+    assert len(traces) == 2
+    for trace in traces:
+        assert trace["errors"] == [], trace["errors"]
+        want, _ = _in_process_return(trace["task"]["data"]["example_index"], trace["nodes"])
+        assert trace["rewards"]["episode_return"]["score"] == pytest.approx(want)

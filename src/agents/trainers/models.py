@@ -207,3 +207,16 @@ def pad_token_id(policy: Any) -> int:
 def trainable_parameters(module: torch.nn.Module) -> list[torch.nn.Parameter]:
     """Parameters with ``requires_grad``."""
     return [p for p in module.parameters() if p.requires_grad]
+
+
+def refresh_generation_copy(policy: Any) -> None:
+    """After an optimizer step: bring the policy's generation copy of the weights up to date now.
+
+    A policy built with ``generation_dtype`` samples from a low-precision copy of the weights
+    (:class:`~agents.policies.hf.HFPolicy`); its ``generate`` refreshes the copy itself when the
+    weights changed, so this only does that work at the end of the update rather than at the
+    start of the next rollout. Nothing happens for a policy without a copy.
+    """
+    refresh = getattr(policy, "refresh_generation_weights", None)
+    if refresh is not None:
+        refresh()

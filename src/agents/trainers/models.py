@@ -63,6 +63,9 @@ def init_policy(cfg: TrainConfig, policy: Any = None, init_from: str | None = No
     if init_from is not None:
         load_weights(policy, init_from)
     prepare_model(policy, cfg)
+    generation_dtype = getattr(cfg, "generation_dtype", None)
+    if generation_dtype is not None:
+        policy.generation_dtype = generation_dtype  # built at the first rollout, refreshed after each update
     return policy
 
 

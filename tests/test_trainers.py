@@ -184,13 +184,15 @@ def test_grpo_raises_a_toy_reward(tmp_path: Path, qa_file: Path, corpus_file: Pa
     assert recs[0]["reward_terms"]["toy"]["mean"] == pytest.approx(recs[0]["reward_mean"])
 
 
+@pytest.mark.parametrize("lora", [False, True])
 def test_grpo_samples_from_a_bfloat16_copy_that_follows_every_update(
-    tmp_path: Path, qa_file: Path, corpus_file: Path
+    tmp_path: Path, qa_file: Path, corpus_file: Path, lora: bool
 ) -> None:
     from agents.trainers.grpo import train_grpo
 
     policy = tiny_policy(seed=0)
-    cfg = _grpo_cfg(tmp_path, qa_file, corpus_file, steps=2, generation_dtype="bfloat16")
+    extra: dict[str, Any] = {"lora": True, "lora_r": 4} if lora else {}
+    cfg = _grpo_cfg(tmp_path, qa_file, corpus_file, steps=2, generation_dtype="bfloat16", **extra)
     out = train_grpo(cfg, policy=policy, reward=toy_reward)["policy"]
     low = out._gen.held  # as the last update left it (reading generation_model would refresh it)
     assert low is not None and low is not out.model and next(low.parameters()).dtype == torch.bfloat16

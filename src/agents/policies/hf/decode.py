@@ -461,8 +461,8 @@ class _DecodeStep:
         """Copy prefilled rows ``index`` of ``cache``/``mask`` into the buffers; return the cache and the rows' mask."""
         n, total = len(index), cache.layers[0].length
         for dst, src in zip(self.cache.layers, cache.layers, strict=True):
-            dst.kbuf[:n, :, :total] = src.kbuf.index_select(0, index)[:, :, :total]
-            dst.vbuf[:n, :, :total] = src.vbuf.index_select(0, index)[:, :, :total]
+            dst.kbuf[:n, :, :total] = src.kbuf[:, :, :total].index_select(0, index)
+            dst.vbuf[:n, :, :total] = src.vbuf[:, :, :total].index_select(0, index)
             dst.length = total
             dst._views()
             dst.write_at = self.col

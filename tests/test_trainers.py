@@ -184,6 +184,26 @@ def test_grpo_raises_a_toy_reward(tmp_path: Path, qa_file: Path, corpus_file: Pa
     assert recs[0]["reward_terms"]["toy"]["mean"] == pytest.approx(recs[0]["reward_mean"])
 
 
+@pytest.mark.parametrize("lora", [False, True])
+def test_grpo_samples_from_a_bfloat16_copy_that_follows_every_update(
+    tmp_path: Path, qa_file: Path, corpus_file: Path, lora: bool
+) -> None:
+    from agents.trainers.grpo import train_grpo
+
+    policy = tiny_policy(seed=0)
+    extra: dict[str, Any] = {"lora": True, "lora_r": 4} if lora else {}
+    cfg = _grpo_cfg(tmp_path, qa_file, corpus_file, steps=2, generation_dtype="bfloat16", **extra)
+    out = train_grpo(cfg, policy=policy, reward=toy_reward)["policy"]
+    low = out._gen.held  # as the last update left it (reading generation_model would refresh it)
+    assert low is not None and low is not out.model and next(low.parameters()).dtype == torch.bfloat16
+    assert next(out.model.parameters()).dtype == torch.float32
+    for (name, p), q in zip(out.model.named_parameters(), low.parameters(), strict=True):
+        assert torch.equal(q, p.detach().to(torch.bfloat16)), name  # refreshed after the last update
+    assert out._gen.refreshes >= 2  # once per update, by the trainer
+    with pytest.raises(ValueError, match="generation_dtype"):
+        _grpo_cfg(tmp_path, qa_file, corpus_file, generation_dtype="float32")
+
+
 def test_grpo_resume_after_kill_matches_uninterrupted_run(tmp_path: Path, qa_file: Path, corpus_file: Path) -> None:
     from agents.trainers.grpo import train_grpo
 

@@ -215,6 +215,12 @@ class RLConfig(TrainConfig):
     init_from: str | None = field(
         default=None, metadata=_help("Start from this run folder's checkpoint (e.g. an SFT run).")
     )
+    generation_dtype: str | None = field(
+        default=None,
+        metadata=_help("Sample episodes from a copy of the weights in this dtype (bfloat16 | float16), refreshed "
+                       "after every update; training and log-probs keep the weights' own dtype. Unset: sample "
+                       "from the weights themselves."),
+    )
 
     default_learning_rate: ClassVar[float] = 1e-6
     default_lora_learning_rate: ClassVar[float] = 1e-4
@@ -234,6 +240,8 @@ class RLConfig(TrainConfig):
 
         super().__post_init__()
         _positive_int(self, "batch_size", "epochs", "minibatches")
+        if self.generation_dtype not in (None, "bfloat16", "float16"):
+            raise ValueError(f"generation_dtype must be bfloat16, float16 or unset, got {self.generation_dtype!r}")
         if self.minibatches > self.episodes_per_step:
             raise ValueError(
                 f"minibatches ({self.minibatches}) cannot exceed episodes per step ({self.episodes_per_step})"

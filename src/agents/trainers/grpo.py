@@ -44,7 +44,7 @@ from agents.trainers.data import DataOrder, task_examples
 from agents.trainers.episodes import episode_metrics, run_rollouts
 from agents.trainers.losses import aggregate, clipped_policy_loss, kl_estimate
 from agents.trainers.metrics import MetricsLog, Timer, last_record, progress_bar, read_metrics
-from agents.trainers.models import init_policy, pad_token_id, trainable_parameters
+from agents.trainers.models import init_policy, pad_token_id, refresh_generation_copy, trainable_parameters
 from agents.trainers.optim import make_optimizer, make_scheduler
 from agents.trainers.samples import Sample, forward_logprobs, micro_batches, pad_extra, pad_samples
 
@@ -313,6 +313,7 @@ def train_grpo(
         # ---- 3. optimise ---------------------------------------------------------------------------
         with timer("training"):
             upd = grpo_update(trained, policy, ref_model, params, opt, sched, cfg, pad_id, gen)
+            refresh_generation_copy(policy)
         policy_tokens = sum(s.num_policy_tokens for s in trained)
         all_tokens = sum(len(s.ids) for s in trained)
         train_s = timer.seconds.get("training", 0.0)

@@ -43,7 +43,7 @@ from agents.trainers.data import DataOrder, task_examples
 from agents.trainers.losses import aggregate, clipped_policy_loss, kl_estimate, masked_mean, value_loss
 from agents.trainers.mappo_sft import RoleEpisodeSettings
 from agents.trainers.metrics import MetricsLog, Timer, last_record, progress_bar, stats
-from agents.trainers.models import init_policy, pad_token_id, trainable_parameters
+from agents.trainers.models import init_policy, pad_token_id, refresh_generation_copy, trainable_parameters
 from agents.trainers.optim import make_scheduler
 from agents.trainers.ppo import ValueHead, _hidden_size
 from agents.trainers.samples import Sample, forward_logprobs, micro_batches, pad_extra, pad_samples
@@ -268,6 +268,7 @@ def train_mappo(
                         if len(mb_idx):
                             _minibatch_update([episodes[i] for i in mb_idx], model, head, all_params, opt, sched,
                                               cfg, pad_id, upd)
+                refresh_generation_copy(policy)
         last = {"step": step, **_step_metrics(cfg, played, episodes, upd), "lr": sched.get_last_lr()[0],
                 "failed_episodes": sum(r.error is not None for r in records),
                 "seconds": {**timer.seconds, "total": time.perf_counter() - t_step}}

@@ -63,6 +63,9 @@ def init_policy(cfg: TrainConfig, policy: Any = None, init_from: str | None = No
     if init_from is not None:
         load_weights(policy, init_from)
     prepare_model(policy, cfg)
+    generation_dtype = getattr(cfg, "generation_dtype", None)
+    if generation_dtype is not None:
+        policy.generation_dtype = generation_dtype  # built at the first rollout, refreshed after each update
     return policy
 
 
@@ -207,3 +210,16 @@ def pad_token_id(policy: Any) -> int:
 def trainable_parameters(module: torch.nn.Module) -> list[torch.nn.Parameter]:
     """Parameters with ``requires_grad``."""
     return [p for p in module.parameters() if p.requires_grad]
+
+
+def refresh_generation_copy(policy: Any) -> None:
+    """After an optimizer step: bring the policy's generation copy of the weights up to date now.
+
+    A policy built with ``generation_dtype`` samples from a low-precision copy of the weights
+    (:class:`~agents.policies.hf.HFPolicy`); its ``generate`` refreshes the copy itself when the
+    weights changed, so this only does that work at the end of the update rather than at the
+    start of the next rollout. Nothing happens for a policy without a copy.
+    """
+    refresh = getattr(policy, "refresh_generation_weights", None)
+    if refresh is not None:
+        refresh()

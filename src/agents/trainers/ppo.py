@@ -37,7 +37,7 @@ from agents.trainers.losses import (
     value_loss,
 )
 from agents.trainers.metrics import MetricsLog, Timer, last_record, progress_bar
-from agents.trainers.models import init_policy, pad_token_id, trainable_parameters
+from agents.trainers.models import init_policy, pad_token_id, refresh_generation_copy, trainable_parameters
 from agents.trainers.optim import make_scheduler
 from agents.trainers.samples import Sample, forward_logprobs, micro_batches, pad_extra, pad_samples
 
@@ -214,6 +214,7 @@ def train_ppo(
                         for k in upd:
                             upd[k] += st[k]
                         n_updates += 1
+                refresh_generation_copy(policy)
         for k in upd:
             upd[k] /= max(n_updates, 1)
         train_s = timer.seconds.get("training", 0.0)

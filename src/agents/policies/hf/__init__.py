@@ -48,14 +48,20 @@ sampled token could only differ where a uniform falls within that rounding of a 
   the cache columns it was fed after ``s`` masked, so the prefix cache keeps exactly what the
   dynamic loop keeps. Meant for GPUs, where a step of a small model is Python and kernel-launch
   overhead. With ``cuda_graph=True`` the step attends over the whole key/value buffer under a
-  fixed-shape mask and, on CUDA, is captured once per batch in a CUDA graph and replayed.
+  fixed-shape mask and, on CUDA, is captured in a CUDA graph and replayed; its buffers and graph
+  are kept per (rows, capacity) bucket for later calls (``graphs``).
+- ``generation_dtype="bfloat16"`` samples from a bfloat16 copy of the weights, refreshed in place
+  after every change of the model's own weights, which training and :meth:`HFPolicy.token_logprobs`
+  keep using (``gen_weights``).
   ``benchmarks/gpu_decode.py`` measures how the loops compare (results in ``benchmarks/results/``).
 
 :meth:`HFPolicy.token_logprobs` recomputes per-token log-probs with gradient for training; at the
 same temperature they match the ``logprobs`` reported by :meth:`HFPolicy.generate`.
 
 Modules: ``gguf`` (finding, converting and loading models), ``kv_cache`` (buffers and the prefix
-store), ``sampling``, ``decode`` (the two loops, stop checks, the CUDA-graph step) and ``policy``.
+store), ``sampling``, ``decode`` (the two loops, stop checks, the fixed-shape step), ``graphs``
+(capturing it, the stand-in graph, the per-bucket slots), ``gen_weights`` (the generation copy) and
+``policy``.
 """
 
 from agents.policies.hf.decode import DecodeLoops

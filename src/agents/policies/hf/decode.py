@@ -2,8 +2,9 @@
 
 :class:`DecodeLoops` is mixed into :class:`~agents.policies.hf.HFPolicy`: ``_decode_dynamic`` (the
 host reads every sampled token and drops finished rows) and ``_decode_static`` (fixed shapes, a
-host read every ``sync_every`` steps, optionally one CUDA graph per batch through
-:class:`_DecodeStep`). The policy's module docstring says how the two agree.
+host read every ``sync_every`` steps, optionally a fixed-shape step through :class:`_DecodeStep`,
+kept per bucket across calls and captured as a CUDA graph on CUDA). The policy's module docstring
+says how the two agree.
 """
 
 from __future__ import annotations
@@ -16,12 +17,15 @@ import numpy as np
 
 from agents.policies.hf.sampling import _row_uniforms, _sample, _sample_uniform
 
-#: Counters of the fixed-shape decode step in :attr:`HFPolicy.stats`: CUDA graphs captured, steps
-#: replayed from one, captures that failed (the step then runs eagerly), and fixed steps run eagerly.
-GRAPH_STATS = ("graph_captures", "graph_replays", "graph_fallbacks", "fixed_eager_steps")
+#: Counters of the fixed-shape decode step in :attr:`HFPolicy.stats`: graphs captured (one per
+#: bucket, kept across calls), steps replayed from one, captures that failed (the step then runs
+#: eagerly), fixed steps run eagerly, and buckets dropped to make room for another (least recently used).
+GRAPH_STATS = ("graph_captures", "graph_replays", "graph_fallbacks", "fixed_eager_steps", "graph_evictions")
 
 if TYPE_CHECKING:
     import torch
+
+    from agents.policies.hf.graphs import Capture, SlotCache
 
 
 def _sync(t: torch.Tensor) -> None:
@@ -78,6 +82,8 @@ class DecodeLoops:
     pad_token_id: int
     _stop_candidate_sets: dict[tuple[Any, ...], np.ndarray | None]
     _pieces: tuple[int, list[str | None]] | None
+    graph_capture: Capture | None
+    _slots: SlotCache
 
     @property
     def device(self) -> torch.device:
@@ -99,6 +105,37 @@ class DecodeLoops:
 
     def _last_logits(self, **inputs: Any) -> torch.Tensor:
         raise NotImplementedError
+
+    def _generation_model(self) -> Any:
+        """The model generation runs on (the policy's: the weights or their generation copy)."""
+        raise NotImplementedError
+
+    def _kv_shapes(self) -> list[tuple[int, int]]:
+        raise NotImplementedError
+
+    def _kv_dtype(self) -> torch.dtype:
+        raise NotImplementedError
+
+    def _step_for(self, rows: int, capacity: int) -> _DecodeStep:
+        """The kept fixed-shape step of the bucket of ``rows`` x ``capacity`` (built on first use).
+
+        Kept per (rows bucket, capacity bucket, dtype, device) in :attr:`_slots`, at most
+        ``graph_buckets`` of them; dropped all at once when the generation weights' storage moves
+        (another model, a rebuilt generation copy, a move to another device), since a captured graph
+        reads the weights where they were. Weights updated in place (an optimizer step, a refreshed
+        generation copy) keep their storage, so the graphs stay and replay with the new values.
+        """
+        from agents.policies.hf.graphs import capacity_bucket, row_bucket, weights_key
+
+        dtype, device = self._kv_dtype(), self.device
+        key = (row_bucket(rows), capacity_bucket(capacity), dtype, device)
+        evictions = self._slots.evictions
+        step: _DecodeStep = self._slots.get(
+            key, weights_key(self._generation_model()),
+            lambda: _DecodeStep(self, key[0], key[1], self._kv_shapes(), dtype, device),
+        )
+        self.stats["graph_evictions"] += self._slots.evictions - evictions
+        return step
 
     def _decode_dynamic(
         self,
@@ -185,6 +222,7 @@ class DecodeLoops:
         max_new: int,
         temperature: float,
         top_p: float,
+        step_fn: _DecodeStep | None = None,
     ) -> tuple[list[list[int]], list[list[float]], list[str | None]]:
         """The same samples as :meth:`_decode_dynamic` with fixed shapes and a host read every ``sync_every`` steps.
 
@@ -194,7 +232,10 @@ class DecodeLoops:
         stop strings and lengths over those steps in order. A row found to have stopped at step
         ``s`` keeps its tokens up to ``s``; tokens sampled for it after that are discarded, and the
         cache columns it was fed after ``s`` are masked, so what ``_keep`` stores is exactly its
-        prompt and the tokens the dynamic loop would have fed.
+        prompt and the tokens the dynamic loop would have fed. With ``step_fn`` (a bucket's
+        :class:`_DecodeStep`, whose buffers ``cache`` and ``mask`` then are) each step runs over the
+        whole buffer, captured where possible; without, each step calls the model as the dynamic
+        loop does.
         """
         import torch
 
@@ -215,7 +256,6 @@ class DecodeLoops:
         gen_lps: list[list[float]] = [[] for _ in range(n)]
         finish: list[str | None] = [None] * n
         candidates = self._stop_candidates(stop) if stop else None
-        step_fn = _DecodeStep(self, cache, mask, fixed=self.cuda_graph and self._fixed_shapes_ok())
         width, synced = total, 0
         t0 = time.perf_counter()
         logits = last_logits
@@ -240,13 +280,21 @@ class DecodeLoops:
                         break
                 live = ~done
                 mask[:, width] = live
-                logits = step_fn(torch.where(live, toks, pad), lengths, width)
+                step_ids = torch.where(live, toks, pad)
+                if step_fn is not None:
+                    logits = step_fn(step_ids, lengths, width)
+                else:
+                    logits = self._last_logits(
+                        input_ids=step_ids[:, None], attention_mask=mask[:, : width + 1],
+                        position_ids=lengths[:, None].clone(), past_key_values=cache,
+                    )
                 width += 1
                 lengths += live.long()
                 self.stats["decode_steps"] += 1
                 self.stats["decode_positions"] += n
         finally:
-            step_fn.close()
+            if step_fn is not None:
+                step_fn.release()
         _sync(mask)
         self.stats["decode_seconds"] += time.perf_counter() - t0
         self.stats["decode_tokens"] += sum(len(g) - 1 for g in gen_ids)
@@ -370,92 +418,105 @@ class DecodeLoops:
 
 
 class _DecodeStep:
-    """One decode forward pass of the static loop: ``(tokens, positions, column) -> logits``.
+    """The fixed-shape step over one bucket's buffers, kept across calls: ``(tokens, positions, column) -> logits``.
 
-    By default it calls the model like the dynamic loop (keys/values up to the current column).
-    With ``fixed=True`` every call has the same shapes: the cache layers write at a position held
-    in a tensor and attention runs over the whole buffer under a ``[rows, 1, 1, capacity]`` boolean
-    mask, built here (transformers passes a 4-D mask through unchanged). On CUDA that step is
-    captured once in a ``torch.cuda.CUDAGraph`` (after two warm-up calls on a side stream) and
-    replayed, with inputs copied into its static tensors; if capture fails the step runs eagerly.
-    The logits a replay returns live in the graph's output buffer and
-    are overwritten by the next replay, which the static loop only calls after sampling from them.
+    Every call has the same shapes: the cache layers write at a position held in a tensor and
+    attention runs over the whole buffer under a ``[rows, 1, 1, capacity]`` boolean mask, built
+    here (transformers passes a 4-D mask through unchanged). The buffers are the bucket's
+    (``rows`` and ``capacity`` rounded up, see :mod:`agents.policies.hf.graphs`): a call with fewer
+    rows fills the first ones; the others attend to one column and their logits are never read.
+    Where a capture is available (a ``torch.cuda.CUDAGraph`` on CUDA, or the policy's
+    ``graph_capture``) the step is captured on its first call and replayed ever after, by this call
+    and by every later call of the same bucket, with inputs copied into its static tensors; if the
+    capture fails the step runs eagerly. The logits a replay returns live in the graph's output
+    buffer and are overwritten by the next replay, which the static loop only calls after sampling
+    from them.
     """
 
-    def __init__(self, policy: DecodeLoops, cache: Any, mask: torch.Tensor, *, fixed: bool) -> None:
+    def __init__(
+        self, policy: DecodeLoops, rows: int, capacity: int, shapes: list[tuple[int, int]],
+        dtype: torch.dtype, device: torch.device,
+    ) -> None:
         import torch
 
-        self.policy, self.cache, self.mask, self.fixed = policy, cache, mask, fixed
+        from agents.policies.hf.kv_cache import _buffer_cache
+
+        self.policy, self.rows, self.capacity = policy, rows, capacity
+        # Zeros, never uninitialised: masked columns still enter the products (with weight 0), and
+        # a stray NaN would spread. Later calls leave finite values from earlier ones, also masked.
+        layers = []
+        for heads, dim in shapes:
+            kb = torch.zeros((rows, heads, capacity, dim), dtype=dtype, device=device)
+            layers.append((kb, torch.zeros_like(kb)))
+        self.cache = _buffer_cache(layers, 0)
+        self.mask = torch.zeros((rows, capacity), dtype=torch.long, device=device)
+        self.ids = torch.zeros((rows, 1), dtype=torch.long, device=device)
+        self.pos = torch.zeros((rows, 1), dtype=torch.long, device=device)
+        self.mask4 = torch.zeros((rows, 1, 1, capacity), dtype=torch.bool, device=device)
+        self.col = torch.zeros(1, dtype=torch.long, device=device)
         self.graph: Any = None
-        self.out: torch.Tensor | None = None
-        self.capture = fixed and mask.device.type == "cuda"
-        if fixed:
-            n, cap = mask.shape
-            device = mask.device
-            self.ids = torch.zeros((n, 1), dtype=torch.long, device=device)
-            self.pos = torch.zeros((n, 1), dtype=torch.long, device=device)
-            self.mask4 = torch.zeros((n, 1, 1, cap), dtype=torch.bool, device=device)
-            self.col = torch.zeros(1, dtype=torch.long, device=device)
-            for layer in cache.layers:
-                layer.write_at = self.col
-                # Masked columns still enter the products (with weight 0): clear what was never
-                # written (select_rows leaves it uninitialised), or a stray NaN would spread.
-                layer.kbuf[:, :, layer.length :].zero_()
-                layer.vbuf[:, :, layer.length :].zero_()
+        self.capture_failed = False
+
+    def load(self, cache: Any, mask: torch.Tensor, index: torch.Tensor) -> tuple[Any, torch.Tensor]:
+        """Copy prefilled rows ``index`` of ``cache``/``mask`` into the buffers; return the cache and the rows' mask."""
+        n, total = len(index), cache.layers[0].length
+        for dst, src in zip(self.cache.layers, cache.layers, strict=True):
+            dst.kbuf[:n, :, :total] = src.kbuf[:, :, :total].index_select(0, index)
+            dst.vbuf[:n, :, :total] = src.vbuf[:, :, :total].index_select(0, index)
+            dst.length = total
+            dst._views()
+            dst.write_at = self.col
+        self.mask.zero_()
+        self.mask[:n, : mask.shape[1]] = mask.index_select(0, index)
+        self.mask[n:, 0] = 1  # rows beyond the call's attend to one column: finite, never read
+        self.ids[n:] = self.policy.pad_token_id
+        self.pos[n:] = 0
+        return self.cache, self.mask[:n]
 
     def __call__(self, ids: torch.Tensor, lengths: torch.Tensor, width: int) -> torch.Tensor:
-        if not self.fixed:
-            return self.policy._last_logits(
-                input_ids=ids[:, None],
-                attention_mask=self.mask[:, : width + 1],
-                position_ids=lengths[:, None].clone(),
-                past_key_values=self.cache,
-            )
-        self.ids.copy_(ids[:, None])
-        self.pos.copy_(lengths[:, None])
+        n = len(ids)
+        self.ids[:n].copy_(ids[:, None])
+        self.pos[:n].copy_(lengths[:, None])
         self.mask4[:, 0, 0].copy_(self.mask)
         self.col.fill_(width)
         stats = self.policy.stats
-        if self.capture and self.graph is None:
+        if self.graph is None and not self.capture_failed:
             self._capture()
-        if self.graph is None or self.out is None:
+        if self.graph is None:
             stats["fixed_eager_steps"] += 1
-            return self._forward()
+            return self._forward()[:n]
         self.graph.replay()
         stats["graph_replays"] += 1
-        return self.out
+        return self.graph.out[:n]
 
     def _forward(self) -> torch.Tensor:
         return self.policy._last_logits(
             input_ids=self.ids, attention_mask=self.mask4, position_ids=self.pos, past_key_values=self.cache
         )
 
-    def _capture(self) -> None:  # pragma: no cover - needs a CUDA device
+    def _capture(self) -> None:
         import warnings
 
-        import torch
+        from agents.policies.hf.graphs import capture_cuda
 
+        device = self.mask.device
+        capture = self.policy.graph_capture or (capture_cuda if device.type == "cuda" else None)
+        if capture is None:
+            self.capture_failed = True  # nothing can capture here: eager steps
+            return
+        model = self.policy._generation_model()
+        reads = [*model.parameters(), *model.buffers(), self.ids, self.pos, self.mask4, self.col]
+        reads += [t for layer in self.cache.layers for t in (layer.kbuf, layer.vbuf)]
         try:
-            side = torch.cuda.Stream(device=self.mask.device)
-            side.wait_stream(torch.cuda.current_stream(self.mask.device))
-            with torch.cuda.stream(side):
-                for _ in range(2):  # warm-up: the writes are the step's own, repeated by the replay
-                    self._forward()
-            torch.cuda.current_stream(self.mask.device).wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                out = self._forward()
+            self.graph = capture(self._forward, reads, device)
         except RuntimeError as err:  # something in the forward pass syncs with the host
-            warnings.warn(f"CUDA graph capture of the decode step failed ({err}); running it eagerly", stacklevel=4)
-            self.capture = False
+            warnings.warn(f"graph capture of the decode step failed ({err}); running it eagerly", stacklevel=4)
+            self.capture_failed = True
             self.policy.stats["graph_fallbacks"] += 1
             return
-        self.graph, self.out = graph, out
         self.policy.stats["graph_captures"] += 1
 
-    def close(self) -> None:
-        """Return the cache layers to their growing mode and free the graph."""
-        if self.fixed:
-            for layer in self.cache.layers:
-                layer.write_at = None
-        self.graph = self.out = None
+    def release(self) -> None:
+        """Return the cache layers to their growing mode (the buffers and the graph stay for the next call)."""
+        for layer in self.cache.layers:
+            layer.write_at = None

@@ -12,7 +12,9 @@ import numpy as np
 from agents.policies.attention import use_grouped_sdpa
 from agents.policies.base import Generation, chat_template_ids, check_sampling
 from agents.policies.hf.decode import GRAPH_STATS, DecodeLoops, _cut_at_stop, _sync
+from agents.policies.hf.gen_weights import GenerationWeights
 from agents.policies.hf.gguf import DEFAULT_MODEL, _torch_dtype, load_model
+from agents.policies.hf.graphs import Capture, SlotCache
 from agents.policies.hf.kv_cache import _buffer_cache, _Entry, _PrefixStore
 from agents.policies.hf.sampling import _row_generators
 
@@ -48,11 +50,23 @@ class HFPolicy(DecodeLoops):
         cuda_graph: With ``decode="static"``, run each decode step over the whole key/value buffer
             (the same tensor shapes every step) and, on a CUDA device, capture it once per batch in a
             ``torch.cuda.CUDAGraph`` and replay it. Off by default. On a CPU
-            the fixed-shape step runs eagerly (that is how the CPU tests check it).
+            the fixed-shape step runs eagerly (that is how the CPU tests check it). The step's
+            key/value buffers and its graph are kept for later calls of the same (rows, capacity)
+            bucket (see ``graph_buckets``).
+        generation_dtype: ``"bfloat16"`` or ``"float16"`` to generate from a copy of the weights in
+            that dtype (and a key/value cache in it) while :meth:`token_logprobs` and training keep
+            the model's own weights; the copy follows every in-place change of those weights
+            (an optimizer step) before the next :meth:`generate`. None (default): generate from the
+            model's weights, no copy held.
+        graph_buckets: With ``cuda_graph=True``, how many (rows, capacity) buckets keep their
+            buffers and captured graph between calls (least recently used dropped first).
 
     Attributes:
         model: The torch model (trainers may replace it, e.g. with a LoRA-wrapped one).
         tokenizer: The tokenizer.
+        graph_capture: How the fixed-shape step is captured (a
+            :data:`~agents.policies.hf.graphs.Capture`); None: a CUDA graph on CUDA, eager elsewhere.
+            Tests on the CPU set :meth:`~agents.policies.hf.graphs.StandInGraph.capture`.
     """
 
     def __init__(
@@ -69,6 +83,8 @@ class HFPolicy(DecodeLoops):
         decode: str = "dynamic",
         sync_every: int = 8,
         cuda_graph: bool = False,
+        generation_dtype: str | torch.dtype | None = None,
+        graph_buckets: int = 2,
     ) -> None:
         import torch
 
@@ -77,7 +93,8 @@ class HFPolicy(DecodeLoops):
         if not isinstance(cuda_graph, bool):
             raise ValueError(f"cuda_graph must be a bool, got {cuda_graph!r}")
         for field, value in (
-            ("max_batch_size", max_batch_size), ("prefill_tokens", prefill_tokens), ("sync_every", sync_every)
+            ("max_batch_size", max_batch_size), ("prefill_tokens", prefill_tokens), ("sync_every", sync_every),
+            ("graph_buckets", graph_buckets),
         ):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"{field} must be a positive integer, got {value!r}")
@@ -116,6 +133,11 @@ class HFPolicy(DecodeLoops):
         self._store = _PrefixStore()
         self._stop_candidate_sets: dict[tuple[Any, ...], np.ndarray | None] = {}
         self._pieces: tuple[int, list[str | None]] | None = None
+        self.graph_capture: Capture | None = None
+        self._slots = SlotCache(graph_buckets)
+        self._gen: GenerationWeights | None = None
+        self._active: Any = None  # the model of the generate call in progress
+        self.generation_dtype = generation_dtype
 
     @classmethod
     def from_pretrained(cls, name_or_path: str | os.PathLike[str] = DEFAULT_MODEL, **kwargs: Any) -> HFPolicy:
@@ -176,8 +198,51 @@ class HFPolicy(DecodeLoops):
         self.stats = dict.fromkeys(keys, 0.0)
 
     def clear_cache(self) -> None:
-        """Drop the key/values kept from the previous :meth:`generate` call."""
+        """Drop the key/values kept from the previous :meth:`generate` call, and the kept decode buckets."""
         self._store.clear()
+        self._slots.clear()
+
+    # ---- the generation copy of the weights ----------------------------------------------------
+    @property
+    def generation_dtype(self) -> torch.dtype | None:
+        """The dtype of the generation copy of the weights; None when generation uses the model's own.
+
+        Setting it builds nothing yet (the copy is made at the next :meth:`generate`); setting None
+        frees the copy and the decode buckets kept for it.
+        """
+        return self._gen.dtype if self._gen is not None else None
+
+    @generation_dtype.setter
+    def generation_dtype(self, value: str | torch.dtype | None) -> None:
+        dtype = _torch_dtype(value) if value is not None else None
+        if dtype == (self._gen.dtype if self._gen is not None else None):
+            return
+        if self._gen is not None:
+            self._gen.drop()
+        self._gen = GenerationWeights(dtype) if dtype is not None else None
+        self._slots.clear()
+        self._store.clear()
+
+    @property
+    def generation_model(self) -> Any:
+        """The module :meth:`generate` runs: the generation copy (refreshed if the model changed) or the model."""
+        if self._gen is None:
+            return self.model
+        import torch
+
+        with torch.no_grad():
+            return self._gen.model(self.model)
+
+    def refresh_generation_weights(self) -> bool:
+        """Copy the model's current weights into the generation copy now (in place); False if there is none.
+
+        Trainers call this after an optimizer step; :meth:`generate` also refreshes the copy
+        whenever the weights' version counters moved, so the call only moves the work.
+        """
+        return self._gen.refresh(self.model) if self._gen is not None else False
+
+    def _generation_model(self) -> Any:
+        return self._active if self._active is not None else self.model
 
     # ---- generation --------------------------------------------------------------------------
     def generate(
@@ -220,6 +285,7 @@ class HFPolicy(DecodeLoops):
         self._store.fingerprint = fingerprint
         was_training = self.model.training
         self.model.eval()
+        self._active = self.generation_model
         out: list[Generation] = []
         try:
             with torch.inference_mode():
@@ -233,6 +299,7 @@ class HFPolicy(DecodeLoops):
                         )
                     )
         finally:
+            self._active = None
             if was_training:
                 self.model.train()
         if not self.prefix_cache:
@@ -257,7 +324,8 @@ class HFPolicy(DecodeLoops):
 
     def _fingerprint(self) -> tuple[Any, ...]:
         params = list(self.model.parameters())
-        return (id(self.model), params[0].dtype, params[0].device, tuple(p._version for p in params))
+        return (id(self.model), params[0].dtype, params[0].device, self.generation_dtype,
+                tuple(p._version for p in params))
 
     def _generate_chunk(
         self,
@@ -285,14 +353,19 @@ class HFPolicy(DecodeLoops):
         cache, mask, lengths, last_logits = self._prefill(uniq, plan, old, max_new)
         if last:
             old.clear()  # everything reusable is in the batch cache now; free it before decoding
-        if len(uniq) != len(prompts):
-            index = torch.tensor(row_of, device=device)
+        step_fn = None
+        index = torch.tensor(row_of, device=device)
+        if self.decode_mode == "static" and self.cuda_graph and self._fixed_shapes_ok():
+            step_fn = self._step_for(len(prompts), mask.shape[1])  # the bucket's kept buffers and graph
+            cache, mask = step_fn.load(cache, mask, index)
+            lengths, last_logits = lengths[index], last_logits[index]
+        elif len(uniq) != len(prompts):
             for layer in cache.layers:
                 layer.select_rows(index)
             mask, lengths, last_logits = mask[index], lengths[index], last_logits[index]
         if self.decode_mode == "static":
             gen_ids, gen_lps, finish = self._decode_static(
-                prompts, generators, cache, mask, lengths, last_logits, stop, max_new, temperature, top_p
+                prompts, generators, cache, mask, lengths, last_logits, stop, max_new, temperature, top_p, step_fn
             )
         else:
             gen_ids, gen_lps, finish = self._decode_dynamic(
@@ -385,20 +458,21 @@ class HFPolicy(DecodeLoops):
         lengths = torch.tensor([len(p) for p in uniq], dtype=torch.long, device=device)
         return cache, mask, lengths, last
 
-    def _decoder_and_head(self) -> tuple[Any, Any] | None:
-        """The model's decoder stack and output head, or None if logits are not just ``head(hidden)``."""
-        head = self.model.get_output_embeddings() if hasattr(self.model, "get_output_embeddings") else None
-        decoder = self.model.get_decoder() if hasattr(self.model, "get_decoder") else None
-        cfg = getattr(self.model, "config", None)
+    def _decoder_and_head(self, model: Any) -> tuple[Any, Any] | None:
+        """``model``'s decoder stack and output head, or None if logits are not just ``head(hidden)``."""
+        head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+        decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
+        cfg = getattr(model, "config", None)
         if head is None or decoder is None or any(getattr(cfg, a, None) for a in _LOGIT_TRANSFORMS):
             return None
         return decoder, head
 
     def _last_logits(self, **inputs: Any) -> torch.Tensor:
         """Float32 next-token logits ``[rows, vocab]`` at the last position of a cached forward pass."""
-        split = self._decoder_and_head()
+        model = self._generation_model()
+        split = self._decoder_and_head(model)
         if split is None:
-            out = self.model(**inputs, use_cache=True, logits_to_keep=1)
+            out = model(**inputs, use_cache=True, logits_to_keep=1)
             return out.logits[:, -1].float()
         decoder, head = split
         hidden = decoder(**inputs, use_cache=True).last_hidden_state[:, -1]
@@ -412,7 +486,7 @@ class HFPolicy(DecodeLoops):
         return [(int(heads), int(dim))] * int(text_cfg.num_hidden_layers)
 
     def _kv_dtype(self) -> torch.dtype:
-        return next(self.model.parameters()).dtype
+        return next(self._generation_model().parameters()).dtype
 
     def _keep(
         self, prompt: list[int], generated: list[int], cache: Any, mask: torch.Tensor, b: int, width: int
@@ -475,7 +549,7 @@ class HFPolicy(DecodeLoops):
         cols = torch.cat([torch.arange(st, len(s)) for s, st in pairs])
         rows, cols = rows.to(device), cols.to(device)
         targets = ids[rows, cols]
-        split = self._decoder_and_head()
+        split = self._decoder_and_head(self.model)
         if split is not None:
             decoder, head = split
             hidden = decoder(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state

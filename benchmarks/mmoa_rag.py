@@ -53,7 +53,8 @@ PHASES = ("baselines", "base", "sft", *MAPPO_PHASES)
 DEFAULT_PHASES = ("baselines", "sft", *MAPPO_PHASES)  # ``base`` (the untrained model) on request
 LABELS = {
     "baseline:mmoa-oracle": "mmoa-oracle: gold sub-questions and documents (upper bound, not a policy)",
-    "baseline:mmoa-heuristic": "mmoa-heuristic: rules in every role (strongest non-learned baseline)",
+    "baseline:mmoa-heuristic": "mmoa-heuristic: rules in every role (the non-learned pipeline)",
+    "baseline:heuristic": "heuristic: the single-agent rule-based searcher, several search turns (not a pipeline)",
     "base": "base model in every role",
     "sft": "SFT warm start (oracle pipeline demonstrations)",
     "mappo_all": "SFT + MAPPO, every role trained (joint)",
@@ -67,6 +68,7 @@ COMPARISONS = (
     ("sft", "base", "SFT vs base"),
     *((k, "sft", f"{k} vs SFT") for k in MAPPO_PHASES),
     *(("mappo_all", f"mappo_{r}", f"joint vs {r} only") for r in ROLES),
+    ("mappo_all", "baseline:heuristic", "joint vs the single-agent heuristic"),
 )
 
 
@@ -79,6 +81,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--task", default="synthetic-2hop", help="Named task (train split for training, dev for eval).")
     ap.add_argument("--n-dev", type=int, default=60, help="Held-out dev questions per evaluation.")
     ap.add_argument("--top-k", type=int, default=3)
+    ap.add_argument("--max-turns", type=int, default=3, help="Turn budget of the single-agent heuristic row.")
     ap.add_argument("--max-doc-chars", type=int, default=300)
     ap.add_argument("--max-new-tokens", type=int, default=32, help="Tokens each role generates at most.")
     ap.add_argument("--sft-demos", type=int, default=64, help="Oracle pipeline demonstrations (train questions).")
@@ -125,17 +128,21 @@ def load1() -> float:
 # ---- evaluation on held-out dev questions ----------------------------------------------------
 
 
-def evaluate_pipeline(pipeline: Any, args: argparse.Namespace) -> dict[str, Any]:
-    """Episodes of ``pipeline`` on the first ``n_dev`` dev questions: the row, per-question scores, examples."""
+def evaluate_pipeline(pipeline: Any, args: argparse.Namespace, **kwargs: Any) -> dict[str, Any]:
+    """Episodes of ``pipeline`` on the first ``n_dev`` dev questions: the row, per-question scores, examples.
+
+    ``kwargs`` go to :func:`~agents.evaluation.evaluate.evaluate` (a single agent's ``max_turns``).
+    """
     from agents.evaluation.evaluate import evaluate
 
-    res = evaluate(pipeline, task=args.task, split="dev", n=args.n_dev, top_k=args.top_k, reward="f1",
-                   batch_size=min(args.n_dev, 64), seed=args.seed, env_kwargs={"max_doc_chars": args.max_doc_chars})
+    res = evaluate(pipeline, task=args.task, split="dev", n=args.n_dev, top_k=args.top_k,
+                   batch_size=min(args.n_dev, 64), seed=args.seed, env_kwargs={"max_doc_chars": args.max_doc_chars},
+                   **({"reward": "f1"} if not kwargs else kwargs))
     eps = res.episodes
 
-    def mean(key: str) -> float:
+    def mean(key: str) -> float | None:
         vals = [float(e.metrics[key]) for e in eps if key in e.metrics]
-        return sum(vals) / max(len(vals), 1)
+        return sum(vals) / len(vals) if vals else None
 
     return {
         **{k: mean(k) for k in ("em", "f1", "evidence_recall", "selected_recall", "queries", "penalized_turns",
@@ -169,6 +176,9 @@ def baselines_phase(args: argparse.Namespace) -> dict[str, Any]:
     for name in ("mmoa-heuristic", "mmoa-oracle"):
         out[name] = evaluate_pipeline(make_pipeline(name), args)
         log(f"baselines: {name} F1 {out[name]['f1']:.3f} EM {out[name]['em']:.3f}")
+    # the single-agent rule-based searcher (several search turns, each reading the last): context, not a pipeline
+    out["heuristic"] = evaluate_pipeline("heuristic", args, max_turns=args.max_turns)
+    log(f"baselines: heuristic F1 {out['heuristic']['f1']:.3f} EM {out['heuristic']['em']:.3f}")
     return {"agents": out}
 
 
@@ -314,10 +324,9 @@ def write_outputs(args: argparse.Namespace, argv: list[str], wall: float, load_s
             continue
         steps = "-" if key.startswith("baseline:") or key == "base" else r.get("steps", 0)
         ph = r.get("phase_seconds")
-        lines.append(
-            f"| {label} | {steps} | {r['f1']:.3f} | {r['em']:.3f} | {r['evidence_recall']:.3f} | "
-            f"{r['selected_recall']:.3f} | {r['queries']:.2f} | {r['penalized_turns']:.2f} | "
-            f"{'-' if ph is None else f'{ph / 60:.1f}'} |")
+        cells = [_num(r.get(k), 3) for k in ("f1", "em", "evidence_recall", "selected_recall")]
+        cells += [_num(r.get(k), 2) for k in ("queries", "penalized_turns")]
+        lines.append(f"| {label} | {steps} | {' | '.join(cells)} | {'-' if ph is None else f'{ph / 60:.1f}'} |")
     diffs: dict[str, Any] = {}
     rows = []
     for a, b, label in COMPARISONS:
@@ -356,6 +365,10 @@ def write_outputs(args: argparse.Namespace, argv: list[str], wall: float, load_s
               f"Measured with `{cmd}` ({data['machine']['date']}).", ""]
     (RESULTS / f"{args.name}.md").write_text("\n".join(lines))
     print("\n".join(lines))
+
+
+def _num(x: float | None, digits: int) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
 
 
 def _fmt(load: tuple[float, ...] | list[float]) -> str:

@@ -336,15 +336,21 @@ def write_outputs(args: argparse.Namespace, argv: list[str], wall: float, load_s
             f, e = d["f1"], d["em"]
             rows.append(f"| {label} | {f['mean']:+.3f} | [{f['ci_low']:+.3f}, {f['ci_high']:+.3f}] | "
                         f"{e['mean']:+.3f} | [{e['ci_low']:+.3f}, {e['ci_high']:+.3f}] | "
-                        f"{e['a_better']} / {e['b_better']} |")
+                        f"{e['a_better']} / {e['b_better']} | {verdict(f)} |")
     if rows:
         lines += ["", "Paired differences on the same dev questions (95% bootstrap interval over questions; "
-                  "won / lost: questions where the first is right (EM) and the second wrong / the reverse):", "",
-                  "| Comparison | F1 difference | 95% interval | EM difference | 95% interval | won / lost (EM) |",
-                  "|---|---:|---|---:|---|---|", *rows]
+                  "won / lost: questions where the first is right (EM) and the second wrong / the reverse; "
+                  "F1 verdict: resolved only when the interval excludes 0):", "",
+                  "| Comparison | F1 difference | 95% interval | EM difference | 95% interval | won / lost (EM) | "
+                  "F1 verdict |",
+                  "|---|---:|---|---:|---|---|---|", *rows]
+    lines += claims(diffs, results)
     times = [f"{n} {v['phase_seconds'] / 60:.1f} min" for n, v in results.items() if "phase_seconds" in v]
     per_step = {n: results[n]["train_step_seconds"] for n in MAPPO_PHASES if n in results}
     load_end = os.getloadavg()
+    if args.phases == "none":  # tables rebuilt from the cached phases: record the command that measured them
+        i = argv.index("--phases") if "--phases" in argv else -1
+        argv = [a for j, a in enumerate(argv) if j not in (i, i + 1) and not a.startswith("--phases=")]
     cmd = "python benchmarks/mmoa_rag.py " + " ".join(argv)
     data = {
         "benchmark": args.name, "machine": machine(), "command": cmd,
@@ -360,11 +366,47 @@ def write_outputs(args: argparse.Namespace, argv: list[str], wall: float, load_s
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{args.name}.json").write_text(json.dumps(data, indent=2, default=str) + "\n")
     lines += ["", f"Phase wall times: {'; '.join(times)}.", "",
-              f"Load average (1/5/15 min) at the start of this invocation {_fmt(load_start)}, at the end "
-              f"{_fmt(load_end)}; each phase's own before/after is in the JSON.", "",
+              "Load average (1/5/15 min) before -> after each phase: " + "; ".join(
+                  f"{n} {_fmt(v['load_before'])} -> {_fmt(v['load_after'])}"
+                  for n, v in results.items() if "load_before" in v) + ".", "",
               f"Measured with `{cmd}` ({data['machine']['date']}).", ""]
     (RESULTS / f"{args.name}.md").write_text("\n".join(lines))
     print("\n".join(lines))
+
+
+def verdict(d: dict[str, float]) -> str:
+    """``better`` / ``worse`` when the 95% interval excludes 0, else ``unresolved``."""
+    return "better" if d["ci_low"] > 0 else "worse" if d["ci_high"] < 0 else "unresolved"
+
+
+def claims(diffs: dict[str, Any], results: dict[str, Any]) -> list[str]:
+    """What holds and what does not, read off the paired F1 intervals (no claim beyond them)."""
+    out = ["", "What holds and what does not (F1, 95% intervals):", ""]
+    singles = [f"mappo_all-mappo_{r}" for r in ROLES if f"mappo_all-mappo_{r}" in diffs]
+    if singles:
+        v = [verdict(diffs[k]["f1"]) for k in singles]
+        claim = ("holds" if len(singles) == len(ROLES) and set(v) == {"better"}
+                 else "does not hold" if "worse" in v else "unresolved")
+        detail = "; ".join(f"vs {k.split('_')[-1]} only {diffs[k]['f1']['mean']:+.3f} "
+                           f"[{diffs[k]['f1']['ci_low']:+.3f}, {diffs[k]['f1']['ci_high']:+.3f}]" for k in singles)
+        out.append(f"- MMOA-RAG's claim, joint MAPPO beats optimising any single role: **{claim}** ({detail}).")
+    for k, text in (("mappo_all-sft", "MAPPO (joint) improves on its SFT warm start"),
+                    ("sft-baseline:mmoa-heuristic", "the SFT warm start beats the rule-based pipeline"),
+                    ("mappo_all-baseline:mmoa-heuristic", "joint MAPPO beats the rule-based pipeline"),
+                    ("mappo_all-baseline:heuristic", "joint MAPPO beats the single-agent rule-based searcher")):
+        if k in diffs:
+            d = diffs[k]["f1"]
+            word = {"better": "holds", "worse": "does not hold (the reverse is resolved)",
+                    "unresolved": "unresolved"}[verdict(d)]
+            out.append(f"- {text}: **{word}** ({d['mean']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]).")
+    if "baseline:mmoa-oracle" in results:
+        out.append(f"- The oracle pipeline (gold sub-questions and documents) reaches F1 "
+                   f"{results['baseline:mmoa-oracle']['f1']:.3f}: the room the roles have.")
+    out += ["", "What this does not show: anything about larger models or longer training. At this scale "
+            "(SmolLM2-135M, a warm start of a few steps, a few MAPPO optimizer steps per arm, tens of questions) "
+            "a difference the interval does not resolve is not evidence against the paper's claim at its much "
+            "larger scale. The GPU run (`WHAT=mmoa` in benchmarks/gpu/run.sh) is the larger test."]
+    return out
 
 
 def _num(x: float | None, digits: int) -> str:

@@ -88,7 +88,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--sft-steps", type=int, default=10)
     ap.add_argument("--sft-batch", type=int, default=8, help="Role samples per SFT step.")
     ap.add_argument("--sft-lr", type=float, default=1e-4)
-    ap.add_argument("--mappo-steps", type=int, default=2, help="MAPPO steps of each arm (the same for every arm).")
+    ap.add_argument("--mappo-steps", type=int, default=1, help="MAPPO steps of each arm (the same for every arm).")
     ap.add_argument("--mappo-batch", type=int, default=2, help="Questions per MAPPO step.")
     ap.add_argument("--mappo-samples", type=int, default=2, help="Episodes sampled per question.")
     ap.add_argument("--mappo-epochs", type=int, default=1, help="Optimisation passes over each step's episodes.")
@@ -104,6 +104,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=Path("runs/mmoa_rag"))
     ap.add_argument("--name", default="mmoa_rag", help="Result file stem in benchmarks/results.")
+    ap.add_argument("--note", default="", help="A line added to the report (how the phases were run).")
     args = ap.parse_args(argv)
     unknown = set(args.phases.split(",")) - set(PHASES) - {"none", ""}
     if unknown:
@@ -369,6 +370,7 @@ def write_outputs(args: argparse.Namespace, argv: list[str], wall: float, load_s
               "Load average (1/5/15 min) before -> after each phase: " + "; ".join(
                   f"{n} {_fmt(v['load_before'])} -> {_fmt(v['load_after'])}"
                   for n, v in results.items() if "load_before" in v) + ".", "",
+              *([args.note, ""] if args.note else []),
               f"Measured with `{cmd}` ({data['machine']['date']}).", ""]
     (RESULTS / f"{args.name}.md").write_text("\n".join(lines))
     print("\n".join(lines))

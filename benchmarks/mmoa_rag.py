@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -349,10 +350,11 @@ def write_outputs(args: argparse.Namespace, argv: list[str], wall: float, load_s
     times = [f"{n} {v['phase_seconds'] / 60:.1f} min" for n, v in results.items() if "phase_seconds" in v]
     per_step = {n: results[n]["train_step_seconds"] for n in MAPPO_PHASES if n in results}
     load_end = os.getloadavg()
-    if args.phases == "none":  # tables rebuilt from the cached phases: record the command that measured them
-        i = argv.index("--phases") if "--phases" in argv else -1
-        argv = [a for j, a in enumerate(argv) if j not in (i, i + 1) and not a.startswith("--phases=")]
-    cmd = "python benchmarks/mmoa_rag.py " + " ".join(argv)
+    # the settings that measured the phases: without --note, nor --phases none (tables rebuilt from the cache)
+    for flag in ("--note", *(["--phases"] if args.phases == "none" else [])):
+        i = argv.index(flag) if flag in argv else -1
+        argv = [a for j, a in enumerate(argv) if j not in (i, i + 1) and not a.startswith(f"{flag}=")]
+    cmd = "python benchmarks/mmoa_rag.py " + shlex.join(argv)
     data = {
         "benchmark": args.name, "machine": machine(), "command": cmd,
         "args": {k: str(v) for k, v in vars(args).items()},

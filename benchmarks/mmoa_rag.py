@@ -19,9 +19,13 @@ and EM difference with a 95% bootstrap interval over questions. Each phase is ca
 a run can be continued or its tables rebuilt with ``--phases none``. The load average is recorded
 before and after. Writes ``benchmarks/results/<name>.json`` and ``.md``.
 
-The CPU run (the command in ``benchmarks/results/mmoa_rag.md``)::
+The CPU run (``benchmarks/results/mmoa_rag.md``): the baselines and the warm start, then the MAPPO
+arms in single-threaded processes, two at a time (on 2 cores shared with other work, one
+2-thread process ran several times slower than two 1-thread ones), then the report::
 
-    nice -n 10 python benchmarks/mmoa_rag.py --threads 2
+    nice -n 10 python benchmarks/mmoa_rag.py --threads 2 --phases baselines,sft
+    nice -n 10 python benchmarks/mmoa_rag.py --threads 1 --phases mappo_all        # and mappo_rewriter, ...
+    python benchmarks/mmoa_rag.py --phases none
 
 A smoke run (a few minutes)::
 

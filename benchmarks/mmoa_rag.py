@@ -93,7 +93,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--sft-steps", type=int, default=10)
     ap.add_argument("--sft-batch", type=int, default=8, help="Role samples per SFT step.")
     ap.add_argument("--sft-lr", type=float, default=1e-4)
-    ap.add_argument("--mappo-steps", type=int, default=1, help="MAPPO steps of each arm (the same for every arm).")
+    ap.add_argument("--mappo-steps", type=int, default=3, help="MAPPO steps of each arm (the same for every arm).")
     ap.add_argument("--mappo-batch", type=int, default=2, help="Questions per MAPPO step.")
     ap.add_argument("--mappo-samples", type=int, default=2, help="Episodes sampled per question.")
     ap.add_argument("--mappo-epochs", type=int, default=1, help="Optimisation passes over each step's episodes.")

@@ -125,6 +125,29 @@ def test_the_shared_return_reaches_every_roles_advantage(tmp_path: Path, qa_file
         assert float(after.sum()) > float(before.sum()), role
 
 
+def test_train_roles_trains_one_role_the_others_act_frozen(tmp_path: Path, qa_file: Path, corpus_file: Path) -> None:
+    seen: list[list[TeamEpisode]] = []
+    cfg = _cfg(tmp_path / "run", qa_file, corpus_file, steps=1, train_roles=["selector"])
+    train_mappo(cfg, policy=tiny_policy(seed=0), on_episodes=lambda step, eps: seen.append(eps))
+    rec = read_metrics(cfg.output_dir)[0]
+    assert rec["roles"]["selector"]["tokens"] > 0 and rec["policy_tokens"] == rec["roles"]["selector"]["tokens"]
+    for role in ("rewriter", "generator"):
+        assert rec["roles"][role]["tokens"] == 0 and rec["roles"][role]["pg_loss"] == 0
+    for ep in seen[0]:
+        assert ep.roles == list(ROLES)  # every role still acts
+        for role, turn, pos in zip(ep.roles, ep.turns, ep.positions, strict=True):
+            trained = role == "selector"
+            assert (turn.num_policy_tokens > 0) == trained and ("old_logprobs" in turn.extras) == trained
+            assert ep.critic.extras["value_mask"][pos] == float(trained)
+    for bad in (["critic"], [], ["selector", "selector"]):
+        with pytest.raises(ValueError, match="train_roles"):
+            _cfg(tmp_path / "bad", qa_file, corpus_file, train_roles=bad)
+    with pytest.raises(ValueError, match="train_roles"):
+        _cfg(tmp_path / "bad", qa_file, corpus_file, roles=["selector", "generator"], train_roles=["rewriter"])
+    assert _cfg(tmp_path / "ok", qa_file, corpus_file, train_roles=["generator", "rewriter"]).train_roles == [
+        "rewriter", "generator"]
+
+
 def test_mappo_resume_after_kill_matches_uninterrupted_run(tmp_path: Path, qa_file: Path, corpus_file: Path) -> None:
     kw = {"epochs": 2, "minibatches": 2, "kl_coef": 0.05}
     full = _cfg(tmp_path / "a", qa_file, corpus_file, **kw)

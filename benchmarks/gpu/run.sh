@@ -21,10 +21,14 @@
 #             $SEARCHER. LORA=1 trains LoRA adapters instead.
 #   grpo      GRPO from that SFT (GRPO_STEPS), and its shipped form; exports the better shipped form
 #   trl-new   benchmarks/trl_grpo.py from the SFT adapter of the searcher exported to $SEARCHER
+#   mmoa      benchmarks/mmoa_rag.py, issue 44's comparison: the mmoa-heuristic pipeline, the SFT warm start,
+#             MAPPO over every role and over one role at a time (the others frozen) on 200 held-out
+#             synthetic-2hop questions; MMOA_PHASES picks the phases of this call (cached in /tmp/runs, so
+#             a `more` call continues where the last stopped)
 # and brings back results.tar and searcher.tar.part-* (see benchmarks/gpu/README.md).
 #
 # Here, without a GPU, a smoke run checks the script's logic on tiny settings:
-#   DEVICE=cpu QUICK=1 SKIP_INSTALL=1 OUT=/tmp/gpu-smoke WHAT="learning grpo trl-new" PY=.venv/bin/python \
+#   DEVICE=cpu QUICK=1 SKIP_INSTALL=1 OUT=/tmp/gpu-smoke WHAT="learning grpo trl-new mmoa" PY=.venv/bin/python \
 #     bash benchmarks/gpu/run.sh main
 set -euo pipefail
 STAGE=${STAGE:-/tmp/searchenv-gpu}
@@ -178,6 +182,25 @@ if has trl-new; then
   [ -f "$SEARCHER/searcher.json" ] && FROM=(--searcher "$SEARCHER")   # else the packaged searcher
   "$PY" benchmarks/trl_grpo.py --device "$DEVICE" "${TRL_ARGS[@]}" "${FROM[@]}" \
     --name "$TRL_NEW_NAME" || echo "trl_grpo.py failed: exit $?"
+  bring_back
+fi
+# (4) MMOA-RAG (issue 44): joint MAPPO vs one role at a time, beside the heuristic pipeline.
+if has mmoa; then
+  NAME=mmoa_rag_gpu
+  RUNS=/tmp/runs/$NAME
+  MMOA_ARGS=(--task synthetic-2hop --device "$DEVICE" --top-k 3 --max-doc-chars 400 --max-new-tokens 48
+             --save-every 1000)
+  if [ "$QUICK" = 1 ]; then
+    NAME=${NAME}_smoke RUNS=/tmp/runs/$NAME
+    MMOA_ARGS+=(--n-dev 4 --sft-demos 8 --sft-steps 1 --sft-batch 4 --mappo-steps 1 --mappo-batch 2
+                --mappo-samples 1 --threads 1)
+  else
+    MMOA_ARGS+=(--n-dev 200 --sft-demos 1000 --sft-steps 60 --sft-batch 32 --sft-lr 5e-5
+                --mappo-steps "${MAPPO_STEPS:-10}" --mappo-batch 16 --mappo-samples 4 --mappo-epochs 2
+                --mappo-minibatches 2 --mappo-lr 1e-5 --threads 8)
+  fi
+  "$PY" benchmarks/mmoa_rag.py "${MMOA_ARGS[@]}" --phases "${MMOA_PHASES:-baselines,sft,mappo_all}" \
+    --name "$NAME" --out "$RUNS" || echo "mmoa_rag.py failed: exit $?"
   bring_back
 fi
 uptime >> "$OUT/load.txt"

@@ -70,6 +70,8 @@ class MAPPOConfig(RLConfig, RoleEpisodeSettings):
     vf_coef: float = field(default=0.5, metadata=_help("Weight of the value loss."))
     value_learning_rate: float = field(default=1e-4, metadata=_help("Learning rate of the value head."))
     whiten_advantages: bool = field(default=True, metadata=_help("Normalise advantages over the step's decisions."))
+    train_roles: list[str] | None = field(default=None, metadata=_help(
+        "Roles whose tokens are trained (None: every role); the others act but are frozen (mask 0)."))
 
     @property
     def episodes_per_step(self) -> int:
@@ -87,6 +89,17 @@ class MAPPOConfig(RLConfig, RoleEpisodeSettings):
         if not self.value_learning_rate > 0:
             raise ValueError(f"value_learning_rate must be positive, got {self.value_learning_rate!r}")
         self.check_episode(self.reward)
+        if self.train_roles is not None:
+            wanted = list(self.train_roles) if isinstance(self.train_roles, (list, tuple)) else None
+            if not wanted or len(set(wanted)) != len(wanted) or not set(wanted) <= set(self.roles):
+                raise ValueError(f"train_roles must be None or distinct roles among roles={self.roles}, "
+                                 f"got {self.train_roles!r}")
+            self.train_roles = [r for r in self.roles if r in wanted]
+
+    @property
+    def trained_roles(self) -> list[str]:
+        """The roles whose tokens are trained: ``train_roles``, or every role."""
+        return list(self.roles if self.train_roles is None else self.train_roles)
 
 
 # ---- the episode as MAPPO trains on it ----------------------------------------------------------
@@ -254,6 +267,7 @@ def train_mappo(
             played, records = collect_episodes(policy, [examples[i] for i in qidx], retr, cfg, reward=reward,
                                                seed=(cfg.seed * 1_000_003 + step * 7_919 + 3) % (2**31 - 1))
         model.train()
+        _freeze_roles(played, cfg.trained_roles)
         episodes = [e for e in played if e is not None and not e.infra_error
                     and any(t.num_policy_tokens for t in e.turns)]
         upd = _Update(cfg.roles)
@@ -287,6 +301,20 @@ def train_mappo(
     return {"step": step, "last": last, "run_dir": str(run_dir), "policy": policy, "value_head": head}
 
 
+def _freeze_roles(episodes: Sequence[TeamEpisode | None], trained: Sequence[str]) -> None:
+    """Mask out (0) every token of the turns of roles outside ``trained``: they act, but are not trained.
+
+    A frozen role's decision then carries no policy loss and no value target; its penalties still
+    count in the team's metrics, and the trained roles still see its output in their observations.
+    """
+    for e in episodes:
+        if e is None:
+            continue
+        for role, turn in zip(e.roles, e.turns, strict=True):
+            if role not in trained:
+                turn.mask = [0] * len(turn.ids)
+
+
 @torch.no_grad()
 def _prepare_targets(episodes: Sequence[TeamEpisode], policy: Any, head: ValueHead, ref_model: Any,
                      cfg: MAPPOConfig, pad_id: int) -> None:
@@ -297,7 +325,7 @@ def _prepare_targets(episodes: Sequence[TeamEpisode], policy: Any, head: ValueHe
     on its decision's position in the critic's sample.
     """
     model = policy.model
-    turns = [t for e in episodes for t in e.turns]
+    turns = [t for e in episodes for t in e.turns if t.num_policy_tokens]
     for mb in micro_batches(turns, cfg.micro_batch_size):
         padded = pad_samples(mb, pad_id, model_device(model))
         old = forward_logprobs(model, padded, temperature=cfg.temperature, bf16=cfg.bf16).logprobs.cpu()

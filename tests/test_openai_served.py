@@ -7,15 +7,11 @@ mocked. Greedy completions through the server must equal the in-process model's 
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
 import sys
-import time
 import urllib.request
 import warnings
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +22,12 @@ pytest.importorskip("transformers")
 pytest.importorskip("openai")  # transformers serve needs it (the dev extra installs it)
 
 from agents.policies.base import Generation  # noqa: E402
-from agents.policies.hf import HFPolicy, model_cache_dir, resolve_model_path  # noqa: E402
+from agents.policies.hf import HFPolicy  # noqa: E402
 from agents.policies.openai_compat import ModelServerError, OpenAIChatPolicy, OpenAICompletionsPolicy  # noqa: E402
 from searchenv.protocols import get_protocol  # noqa: E402
 from tests.conftest import packaged_model_available  # noqa: E402
 
-from .conftest import _session_cache, stop_process  # noqa: E402
+from .conftest import model_folder, serve_model  # noqa: E402
 
 MODEL = "SmolLM2-135M-Instruct"
 QUESTIONS = ["What is the capital of France?", "Who wrote Hamlet?", "In which country is the city of Lyon?"]
@@ -44,52 +40,10 @@ pytestmark = [
 ]
 
 
-@contextmanager
-def _serve(folder: str, log_dir: Path) -> Iterator[str]:
-    """``transformers serve <folder>`` on a free port of 127.0.0.1; yields its base URL."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    exe = Path(sys.executable).with_name("transformers")
-    log = (log_dir / "serve.log").open("wb")
-    proc = subprocess.Popen(
-        [str(exe), "serve", folder, "--host", "127.0.0.1", "--port", str(port), "--device", "cpu"],
-        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1"},
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                with urllib.request.urlopen(url + "/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"transformers serve did not start; see {log.name}")
-            time.sleep(0.5)
-        yield url
-    finally:
-        stop_process(proc)
-        log.close()
-
-
-def _model_folder(tmp_path_factory: pytest.TempPathFactory) -> str:
-    with pytest.MonkeyPatch.context() as mp:
-        if "SEARCHENV_CACHE" not in os.environ:  # the session's cache, as the autouse fixture sets it
-            mp.setenv("SEARCHENV_CACHE", str(_session_cache(tmp_path_factory)))
-        folder = str(resolve_model_path(MODEL))
-        assert Path(folder) == model_cache_dir(MODEL)
-    return folder
-
-
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    """``transformers serve <converted SmolLM2 folder>`` on a free port: ``(base URL, model folder)``."""
-    folder = _model_folder(tmp_path_factory)
-    with _serve(folder, tmp_path_factory.mktemp("serve")) as url:
-        yield url, folder
+def served(served_smollm2: tuple[str, str]) -> tuple[str, str]:
+    """``transformers serve <converted SmolLM2 folder>``: ``(base URL, model folder)`` (one server per session)."""
+    return served_smollm2
 
 
 def _prompts(policy: HFPolicy) -> list[list[int]]:
@@ -260,12 +214,12 @@ def searcher_served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[
     pytest.importorskip("peft")
     from agents.baselines.searcher import load_searcher
 
-    _model_folder(tmp_path_factory)
+    model_folder(tmp_path_factory)
     policy = load_searcher()
     folder = tmp_path_factory.mktemp("searcher-merged")
     policy.model.save_pretrained(str(folder))
     policy.tokenizer.save_pretrained(str(folder))
-    with _serve(str(folder), tmp_path_factory.mktemp("serve-searcher")) as url:
+    with serve_model(str(folder), tmp_path_factory.mktemp("serve-searcher")) as url:
         yield url, str(folder), policy
 
 

@@ -1,10 +1,15 @@
 """The verifiers environment ``searchqa``: verifiers' own CLIs in .venv-verifiers.
 
 verifiers 0.4 pins ``mcp==2.0.0`` (this environment has mcp 2.3), so ``make test`` builds
-``.venv-verifiers`` and these tests run ``tests/vf_env/check_searchqa.py`` there: ``vf-validate``
-on 50 tasks, and ``vf-eval searchqa`` against a scripted oracle model server and against
-``transformers serve`` (the packaged SmolLM2), each trace's reward equal to in-process SearchQA-v0
-on the same assistant turns.
+``.venv-verifiers`` (with ``verifiers[openenv]``, verifiers' own extra for its bundled ``openenv``
+taskset) and these tests run the checks of ``tests/vf_env/`` there:
+
+- ``vf-validate searchqa`` on 50 tasks, and ``vf-eval searchqa`` against a scripted oracle model server;
+- ``vf-eval`` of verifiers' bundled ``openenv`` taskset against ``searchenv serve-openenv`` (run from
+  ``.venv-openenv``), with the TOML of docs/servers-verifiers.md;
+- ``vf-eval searchqa`` against ``transformers serve`` of the packaged SmolLM2 (started here, once per session).
+
+In each, every trace's reward equals in-process SearchQA-v0 on the same turns.
 """
 
 from __future__ import annotations
@@ -23,9 +28,8 @@ VERIFIERS_PYTHON = ROOT / ".venv-verifiers" / "bin" / "python"
 def _check(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     if not VERIFIERS_PYTHON.exists():
         pytest.skip(".venv-verifiers is not built here (make test builds it)")
-    return subprocess.run([str(VERIFIERS_PYTHON), "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           "tests/vf_env/check_searchqa.py", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600, env={**os.environ, **(env or {})})
+    return subprocess.run([str(VERIFIERS_PYTHON), "-m", "pytest", "-q", "-p", "no:cacheprovider", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600, env={**os.environ, **(env or {})})
 
 
 def test_searchqa_module_without_verifiers_names_the_extra() -> None:
@@ -36,7 +40,16 @@ def test_searchqa_module_without_verifiers_names_the_extra() -> None:
 
 
 @pytest.mark.slow
-def test_vf_validate_and_vf_eval_in_their_own_venv() -> None:
-    proc = _check("-k", "not served")
+def test_vf_validate_vf_eval_and_the_bundled_openenv_taskset_in_their_own_venv() -> None:
+    proc = _check("tests/vf_env/check_searchqa.py", "tests/vf_env/check_openenv_taskset.py", "-k", "not served")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    assert "2 passed" in proc.stdout
+    assert "3 passed" in proc.stdout and "skipped" not in proc.stdout, proc.stdout[-2000:]
+
+
+@pytest.mark.slow
+def test_vf_eval_searchqa_with_transformers_serve(served_smollm2: tuple[str, str]) -> None:
+    url, folder = served_smollm2
+    proc = _check("tests/vf_env/check_searchqa.py", "-k", "served",
+                  env={"SEARCHQA_MODEL_URL": url + "/v1", "SEARCHQA_MODEL": folder})
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert "1 passed" in proc.stdout, proc.stdout[-2000:]

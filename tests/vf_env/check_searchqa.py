@@ -2,7 +2,9 @@
 
 ``vf-validate`` must pass on 50 tasks; ``vf-eval searchqa`` against a model server (a scripted oracle
 here, ``transformers serve`` when ``SEARCHQA_MODEL_URL`` names one) must exit 0 with each trace's reward
-equal to the return in-process ``SearchQA-v0`` gives the trace's assistant turns.
+equal to the return in-process ``SearchQA-v0`` gives the trace's assistant turns. ``transformers serve``
+is reached through :func:`~tests.vf_env.done_relay.done_relay`, which adds the ``data: [DONE]`` line
+its streams leave out and verifiers' relay requires (nothing else is changed).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 import gymnasium as gym
 import pytest
+from tests.vf_env.done_relay import done_relay
 from tests.vf_env.scripted_model import scripted_model
 
 import searchenv  # noqa: F401  (registers SearchQA-v0)
@@ -78,8 +81,8 @@ def test_vf_eval_rewards_equal_in_process_searchqa(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(not os.environ.get("SEARCHQA_MODEL_URL"), reason="no served model (SEARCHQA_MODEL_URL)")
 def test_vf_eval_with_a_served_model(tmp_path: Path) -> None:
-    traces = _vf_eval(os.environ["SEARCHQA_MODEL_URL"], tmp_path / "ev", 2, os.environ["SEARCHQA_MODEL"],
-                      "--env.agent.max-output-tokens", "48")
+    with done_relay(os.environ["SEARCHQA_MODEL_URL"]) as url:
+        traces = _vf_eval(url, tmp_path / "ev", 2, os.environ["SEARCHQA_MODEL"], "--env.agent.max-output-tokens", "48")
     assert len(traces) == 2
     for trace in traces:
         assert trace["errors"] == [], trace["errors"]

@@ -11,7 +11,7 @@ also paying its own small penalties (:mod:`searchenv.multi_agent.roles`). Here:
   then its output, trained on), so a role's tokens are scored under that role's observation only.
 - **A centralised value**: the critic reads the whole episode, every role's prompt and output in
   acting order (what all roles saw and did), through the same model and a linear value head
-  (:class:`~agents.trainers.ppo.ValueHead`); the value of role ``r``'s decision is read just
+  (:class:`~agents.trainers.rl_run.ValueHead`); the value of role ``r``'s decision is read just
   before ``r``'s first generated token, so it sees everything up to ``r``'s turn and nothing after.
 - **Advantages**: role ``r`` earns the shared reward plus its own penalties; its advantage,
   broadcast over its tokens, is that return minus the critic's value at its turn
@@ -25,8 +25,6 @@ Start from the warm start (``searchenv train mappo-sft``, :mod:`agents.trainers.
 
 from __future__ import annotations
 
-import copy
-import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -37,15 +35,12 @@ import torch
 
 from agents.devices import model_device
 from agents.trainers.advantages import role_advantages
-from agents.trainers.checkpoints import restore_training_state, save_training_state, start_run
 from agents.trainers.config import RLConfig, _help, _positive_int
-from agents.trainers.data import DataOrder, task_examples
 from agents.trainers.losses import aggregate, clipped_policy_loss, kl_estimate, masked_mean, value_loss
 from agents.trainers.mappo_sft import RoleEpisodeSettings
-from agents.trainers.metrics import MetricsLog, Timer, last_record, progress_bar, stats
-from agents.trainers.models import init_policy, pad_token_id, refresh_generation_copy, trainable_parameters
-from agents.trainers.optim import make_scheduler
-from agents.trainers.ppo import ValueHead, _hidden_size
+from agents.trainers.metrics import Timer, stats
+from agents.trainers.models import refresh_generation_copy
+from agents.trainers.rl_run import ValueHead, open_rl_run
 from agents.trainers.samples import Sample, forward_logprobs, micro_batches, pad_extra, pad_samples
 
 
@@ -225,46 +220,21 @@ def train_mappo(
         FileNotFoundError: If ``resume`` is set and there is no checkpoint.
         CheckpointError: If a checkpoint to resume from (or ``init_from``) is damaged, unsafe or does not fit.
     """
-    run_dir = start_run(cfg, resume=resume, overwrite=overwrite)
-    policy = init_policy(cfg, policy, cfg.init_from)
-    model = policy.model
-    examples, retr = task_examples(cfg, retriever)
-    pad_id = pad_token_id(policy)
-    head = ValueHead(_hidden_size(model)).to(model_device(model))
-    ref_model = None
-    if cfg.kl_coef > 0 and not cfg.lora:
-        ref_model = copy.deepcopy(model).eval()
-        for p in ref_model.parameters():
-            p.requires_grad_(False)
-    params = trainable_parameters(model)
-    opt = torch.optim.AdamW([
-        {"params": params, "lr": cfg.peak_learning_rate, "weight_decay": cfg.weight_decay},
-        {"params": list(head.parameters()), "lr": cfg.value_learning_rate, "weight_decay": 0.0},
-    ])
-    sched = make_scheduler(opt, cfg, cfg.steps * cfg.epochs * cfg.minibatches)
-    gen = np.random.default_rng(cfg.seed)
-    order = DataOrder(len(examples), cfg.seed)
-    start = 0
-    if resume:
-        start, _ = restore_training_state(run_dir, kind="mappo", cfg=cfg, model=model, optimizer=opt, scheduler=sched,
-                                          gen=gen, order=order, extra={"value_head": head})
-    log = MetricsLog(run_dir, start)
-    bar = progress_bar(cfg.steps, start, cfg.progress, "mappo")
-    last: dict[str, Any] = last_record(run_dir, start)
-    all_params = [*params, *head.parameters()]
+    run = open_rl_run(cfg, "mappo", policy=policy, retriever=retriever, resume=resume, overwrite=overwrite,
+                      value_learning_rate=cfg.value_learning_rate)
+    policy, model = run.policy, run.model
+    head = run.value_head
+    last: dict[str, Any] = run.last
 
-    def checkpoint(step: int) -> None:
-        save_training_state(run_dir, "mappo", step, model=model, cfg=cfg, optimizer=opt, scheduler=sched, gen=gen,
-                            cursor=order.cursor, value_head=head.state_dict())
-
-    step = start
-    for step in range(start + 1, cfg.steps + 1):
+    step = run.start
+    for step in range(run.start + 1, cfg.steps + 1):
         timer = Timer()
         t_step = time.perf_counter()
-        qidx = order.take(cfg.batch_size)
+        qidx = run.order.take(cfg.batch_size)
         model.eval()
         with timer("generation"):
-            played, records = collect_episodes(policy, [examples[i] for i in qidx], retr, cfg, reward=reward,
+            played, records = collect_episodes(policy, [run.examples[i] for i in qidx], run.retriever, cfg,
+                                               reward=reward,
                                                seed=(cfg.seed * 1_000_003 + step * 7_919 + 3) % (2**31 - 1))
         model.train()
         _freeze_roles(played, cfg.trained_roles)
@@ -273,32 +243,26 @@ def train_mappo(
         upd = _Update(cfg.roles)
         with timer("training"):
             if episodes:
-                _prepare_targets(episodes, policy, head, ref_model, cfg, pad_id)
+                _prepare_targets(episodes, policy, head, run.ref_model, cfg, run.pad_id)
                 if on_episodes is not None:
                     on_episodes(step, episodes)
                 for _epoch in range(cfg.epochs):
-                    perm = gen.permutation(len(episodes))
+                    perm = run.gen.permutation(len(episodes))
                     for mb_idx in np.array_split(perm, cfg.minibatches):
                         if len(mb_idx):
-                            _minibatch_update([episodes[i] for i in mb_idx], model, head, all_params, opt, sched,
-                                              cfg, pad_id, upd)
+                            _minibatch_update([episodes[i] for i in mb_idx], model, head, run.all_params,
+                                              run.optimizer, run.scheduler,
+                                              cfg, run.pad_id, upd)
                 refresh_generation_copy(policy)
-        last = {"step": step, **_step_metrics(cfg, played, episodes, upd), "lr": sched.get_last_lr()[0],
+        last = {"step": step, **_step_metrics(cfg, played, episodes, upd), "lr": run.scheduler.get_last_lr()[0],
                 "failed_episodes": sum(r.error is not None for r in records),
                 "seconds": {**timer.seconds, "total": time.perf_counter() - t_step}}
-        log.write(last)
-        bar.update(1)
-        bar.set_postfix(reward=f"{last['reward_mean']:.3f}", f1=f"{last['f1']:.2f}")
-        if cfg.log_every and step % cfg.log_every == 0 and not cfg.progress:
-            print(json.dumps({k: last[k] for k in ("step", "reward_mean", "f1", "vf_loss")}), flush=True)
-        if (cfg.save_every and step % cfg.save_every == 0) or step == cfg.steps:
-            checkpoint(step)
-        if stop_after is not None and step >= stop_after:
-            if not (cfg.save_every and step % cfg.save_every == 0):
-                checkpoint(step)
+        run.record(last, {"reward": f"{last['reward_mean']:.3f}", "f1": f"{last['f1']:.2f}"},
+                   ("step", "reward_mean", "f1", "vf_loss"))
+        if run.save_or_stop(step, stop_after is not None and step >= stop_after):
             break
-    bar.close()
-    return {"step": step, "last": last, "run_dir": str(run_dir), "policy": policy, "value_head": head}
+    run.bar.close()
+    return {"step": step, "last": last, "run_dir": str(run.run_dir), "policy": policy, "value_head": head}
 
 
 def _freeze_roles(episodes: Sequence[TeamEpisode | None], trained: Sequence[str]) -> None:

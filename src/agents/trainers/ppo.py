@@ -12,8 +12,6 @@ Read top to bottom: config, value head, then :func:`train_ppo`.
 
 from __future__ import annotations
 
-import copy
-import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -24,9 +22,7 @@ import torch
 
 from agents.devices import model_device
 from agents.trainers.advantages import gae
-from agents.trainers.checkpoints import restore_training_state, save_training_state, start_run
 from agents.trainers.config import RLConfig, _help, _positive_int
-from agents.trainers.data import DataOrder, task_examples
 from agents.trainers.episodes import episode_metrics, run_rollouts
 from agents.trainers.losses import (
     aggregate,
@@ -36,9 +32,9 @@ from agents.trainers.losses import (
     masked_whiten,
     value_loss,
 )
-from agents.trainers.metrics import MetricsLog, Timer, last_record, progress_bar
-from agents.trainers.models import init_policy, pad_token_id, refresh_generation_copy, trainable_parameters
-from agents.trainers.optim import make_scheduler
+from agents.trainers.metrics import Timer
+from agents.trainers.models import refresh_generation_copy
+from agents.trainers.rl_run import ValueHead, open_rl_run  # ValueHead: re-exported
 from agents.trainers.samples import Sample, forward_logprobs, micro_batches, pad_extra, pad_samples
 
 
@@ -78,20 +74,6 @@ class PPOConfig(RLConfig):
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)!r}")
 
 
-class ValueHead(torch.nn.Module):
-    """A linear map from the policy's last hidden state to a scalar value (zero-initialised)."""
-
-    def __init__(self, hidden_size: int) -> None:
-        super().__init__()
-        self.linear = torch.nn.Linear(hidden_size, 1)
-        torch.nn.init.zeros_(self.linear.weight)
-        torch.nn.init.zeros_(self.linear.bias)
-
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Values ``[B, L]`` from hidden states ``[B, L, H]``."""
-        return self.linear(hidden).squeeze(-1)
-
-
 def token_rewards(sample: Sample) -> np.ndarray:
     """Rewards over the sample's policy tokens: each step's reward on the last token of its turn.
 
@@ -107,11 +89,6 @@ def token_rewards(sample: Sample) -> np.ndarray:
         elif positions:  # a turn with no policy tokens (cannot happen for model turns): credit the last one
             r[-1] += rew
     return r
-
-
-def _hidden_size(model: Any) -> int:
-    cfg = model.config if hasattr(model, "config") else model.get_base_model().config
-    return int(cfg.hidden_size)
 
 
 def train_ppo(
@@ -145,53 +122,20 @@ def train_ppo(
         FileNotFoundError: If ``resume`` is set and there is no checkpoint.
         CheckpointError: If a checkpoint to resume from (or ``init_from``) is damaged, unsafe or does not fit.
     """
-    run_dir = start_run(cfg, resume=resume, overwrite=overwrite)
-    policy = init_policy(cfg, policy, cfg.init_from)
-    model = policy.model
-    examples, retr = task_examples(cfg, retriever)
-    pad_id = pad_token_id(policy)
-    head = ValueHead(_hidden_size(model)).to(model_device(model))  # float32, next to the hidden states it reads
-    ref_model = None
-    if cfg.kl_coef > 0 and not cfg.lora:
-        ref_model = copy.deepcopy(model).eval()
-        for p in ref_model.parameters():
-            p.requires_grad_(False)
+    run = open_rl_run(cfg, "ppo", policy=policy, retriever=retriever, resume=resume, overwrite=overwrite,
+                      value_learning_rate=cfg.value_learning_rate)
+    policy, model = run.policy, run.model
+    head = run.value_head
+    last: dict[str, Any] = run.last
 
-    params = trainable_parameters(model)
-    opt = torch.optim.AdamW(
-        [
-            {"params": params, "lr": cfg.peak_learning_rate, "weight_decay": cfg.weight_decay},
-            {"params": list(head.parameters()), "lr": cfg.value_learning_rate, "weight_decay": 0.0},
-        ]
-    )
-    sched = make_scheduler(opt, cfg, cfg.steps * cfg.epochs * cfg.minibatches)
-    gen = np.random.default_rng(cfg.seed)
-    order = DataOrder(len(examples), cfg.seed)
-    start = 0
-    if resume:
-        start, ckpt = restore_training_state(
-            run_dir, kind="ppo", cfg=cfg, model=model, optimizer=opt, scheduler=sched, gen=gen, order=order,
-            extra={"value_head": head},
-        )
-    log = MetricsLog(run_dir, start)
-    bar = progress_bar(cfg.steps, start, cfg.progress, "ppo")
-    last: dict[str, Any] = last_record(run_dir, start)  # a run resumed at its end reports it
-    all_params = [*params, *head.parameters()]
-
-    def checkpoint(step: int) -> None:
-        save_training_state(
-            run_dir, "ppo", step, model=model, cfg=cfg, optimizer=opt, scheduler=sched, gen=gen,
-            cursor=order.cursor, value_head=head.state_dict()
-        )
-
-    step = start
-    for step in range(start + 1, cfg.steps + 1):
+    step = run.start
+    for step in range(run.start + 1, cfg.steps + 1):
         timer = Timer()
         t_step = time.perf_counter()
-        qidx = order.take(cfg.batch_size)
+        qidx = run.order.take(cfg.batch_size)
         model.eval()
         episodes = run_rollouts(
-            policy, [examples[i] for i in qidx], retr, cfg, group_size=cfg.samples_per_question,
+            policy, [run.examples[i] for i in qidx], run.retriever, cfg, group_size=cfg.samples_per_question,
             seed=(cfg.seed * 1_000_003 + step * 7_919 + 2) % (2**31 - 1), timer=timer, reward=reward,
         )
         model.train()
@@ -203,14 +147,15 @@ def train_ppo(
         n_updates = 0
         with timer("training"):
             if samples:
-                _prepare_targets(samples, policy, head, ref_model, cfg, pad_id)
+                _prepare_targets(samples, policy, head, run.ref_model, cfg, run.pad_id)
                 for _epoch in range(cfg.epochs):
-                    perm = gen.permutation(len(samples))
+                    perm = run.gen.permutation(len(samples))
                     for mb_idx in np.array_split(perm, cfg.minibatches):
                         mb = [samples[i] for i in mb_idx]
                         if not mb:
                             continue
-                        st = _minibatch_update(mb, model, head, all_params, opt, sched, cfg, pad_id)
+                        st = _minibatch_update(mb, model, head, run.all_params, run.optimizer, run.scheduler, cfg,
+                                               run.pad_id)
                         for k in upd:
                             upd[k] += st[k]
                         n_updates += 1
@@ -223,7 +168,7 @@ def train_ppo(
             "step": step,
             **metrics,
             **upd,
-            "lr": sched.get_last_lr()[0],
+            "lr": run.scheduler.get_last_lr()[0],
             "episodes": len(episodes),
             "infra_errors": infra,
             "trained_episodes": len(samples),
@@ -232,19 +177,12 @@ def train_ppo(
             "train_tokens_per_s": tokens * cfg.epochs / train_s if train_s > 0 else 0.0,
             "seconds": {**timer.seconds, "total": time.perf_counter() - t_step},
         }
-        log.write(last)
-        bar.update(1)
-        bar.set_postfix(reward=f"{metrics['reward_mean']:.3f}", em=f"{metrics['em']:.2f}")
-        if cfg.log_every and step % cfg.log_every == 0 and not cfg.progress:
-            print(json.dumps({k: last[k] for k in ("step", "reward_mean", "em", "vf_loss")}), flush=True)
-        if (cfg.save_every and step % cfg.save_every == 0) or step == cfg.steps:
-            checkpoint(step)
-        if stop_after is not None and step >= stop_after:
-            if not (cfg.save_every and step % cfg.save_every == 0):
-                checkpoint(step)
+        run.record(last, {"reward": f"{metrics['reward_mean']:.3f}", "em": f"{metrics['em']:.2f}"},
+                   ("step", "reward_mean", "em", "vf_loss"))
+        if run.save_or_stop(step, stop_after is not None and step >= stop_after):
             break
-    bar.close()
-    return {"step": step, "last": last, "run_dir": str(run_dir), "policy": policy, "value_head": head}
+    run.bar.close()
+    return {"step": step, "last": last, "run_dir": str(run.run_dir), "policy": policy, "value_head": head}
 
 
 @torch.no_grad()

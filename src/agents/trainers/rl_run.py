@@ -1,0 +1,203 @@
+"""What the RL trainers (GRPO, PPO, MAPPO) share around their steps: opening a run and closing a step.
+
+:func:`open_rl_run` checks the run folder, loads the policy, the questions and the retriever, builds
+the frozen reference model (a KL term on full fine-tuning), the value head (PPO, MAPPO), the
+optimizer, the schedule, the random generator and the data order, and restores them all from the
+run's checkpoint on ``resume``. :meth:`RLRun.record` writes a step's metrics, and
+:meth:`RLRun.save_or_stop` checkpoints on the schedule and when the run stops early.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from agents.devices import model_device
+from agents.trainers.checkpoints import restore_training_state, save_training_state, start_run
+from agents.trainers.config import RLConfig
+from agents.trainers.data import DataOrder, task_examples
+from agents.trainers.metrics import MetricsLog, last_record, progress_bar
+from agents.trainers.models import init_policy, pad_token_id, trainable_parameters
+from agents.trainers.optim import make_optimizer, make_scheduler
+
+
+class ValueHead(torch.nn.Module):
+    """A linear map from the policy's last hidden state to a scalar value (zero-initialised)."""
+
+    def __init__(self, hidden_size: int) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(hidden_size, 1)
+        torch.nn.init.zeros_(self.linear.weight)
+        torch.nn.init.zeros_(self.linear.bias)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Values ``[B, L]`` from hidden states ``[B, L, H]``."""
+        return self.linear(hidden).squeeze(-1)
+
+
+def _hidden_size(model: Any) -> int:
+    cfg = model.config if hasattr(model, "config") else model.get_base_model().config
+    return int(cfg.hidden_size)
+
+
+@dataclass
+class RLRun:
+    """An RL trainer's run: what it trains, with what, and where it writes (see :func:`open_rl_run`).
+
+    Attributes:
+        cfg: The trainer's configuration.
+        kind: The trainer's name in its checkpoints (``grpo``, ``ppo``, ``mappo``).
+        run_dir: The run folder.
+        policy: The policy being trained; ``model`` is its model.
+        examples: The training questions; ``retriever`` searches for them.
+        pad_id: The tokenizer's padding id.
+        ref_model: A frozen copy of the starting model for the KL term, or None.
+        params: The model's trainable parameters.
+        head: The value head (PPO, MAPPO), or None.
+        optimizer: AdamW over ``params`` (and the head, at its own learning rate).
+        scheduler: The learning-rate schedule.
+        gen: The run's random generator (minibatch order).
+        order: The order questions are taken in.
+        start: The last step already done (0, or the checkpoint's step on resume).
+        log: The metrics file.
+        bar: The progress bar.
+        last: The last step's metrics (a run resumed at its end reports its final step's).
+        on_checkpoint: Called after each checkpoint is written (more state to save with it).
+    """
+
+    cfg: RLConfig
+    kind: str
+    run_dir: Path
+    policy: Any
+    model: Any
+    examples: list[Any]
+    retriever: Any
+    pad_id: int
+    ref_model: Any
+    params: list[torch.nn.Parameter]
+    head: ValueHead | None
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    gen: np.random.Generator
+    order: DataOrder
+    start: int
+    log: MetricsLog
+    bar: Any
+    last: dict[str, Any] = field(default_factory=dict)
+    on_checkpoint: Callable[[], None] | None = None
+
+    @property
+    def all_params(self) -> list[torch.nn.Parameter]:
+        """The model's trainable parameters, then the value head's."""
+        return [*self.params, *(self.head.parameters() if self.head is not None else ())]
+
+    @property
+    def value_head(self) -> ValueHead:
+        """The value head.
+
+        Raises:
+            RuntimeError: If the run was opened without one.
+        """
+        if self.head is None:
+            raise RuntimeError(f"the {self.kind} run was opened without a value head (no value learning rate)")
+        return self.head
+
+    def checkpoint(self, step: int) -> None:
+        """Write the run's state after ``step`` (model, optimizer, schedule, generator, data order, value head)."""
+        extra = {} if self.head is None else {"value_head": self.head.state_dict()}
+        save_training_state(self.run_dir, self.kind, step, model=self.model, cfg=self.cfg, optimizer=self.optimizer,
+                            scheduler=self.scheduler, gen=self.gen, cursor=self.order.cursor, **extra)
+        if self.on_checkpoint is not None:
+            self.on_checkpoint()
+
+    def record(self, last: dict[str, Any], postfix: Mapping[str, str], printed: Sequence[str]) -> None:
+        """Write a step's metrics, advance the bar (showing ``postfix``) and print ``printed`` every ``log_every``."""
+        self.last = last
+        self.log.write(last)
+        self.bar.update(1)
+        self.bar.set_postfix(**postfix)
+        step = int(last["step"])
+        if self.cfg.log_every and step % self.cfg.log_every == 0 and not self.cfg.progress:
+            print(json.dumps({k: last[k] for k in printed}), flush=True)
+
+    def save_or_stop(self, step: int, stop: bool) -> bool:
+        """Checkpoint on the schedule (every ``save_every`` steps and at the last), and at ``step`` when ``stop``.
+
+        Returns:
+            ``stop``: whether the caller's loop ends here.
+        """
+        cfg = self.cfg
+        scheduled = bool(cfg.save_every and step % cfg.save_every == 0) or step == cfg.steps
+        if scheduled or stop:
+            self.checkpoint(step)
+        return stop
+
+
+def open_rl_run(
+    cfg: RLConfig,
+    kind: str,
+    *,
+    policy: Any = None,
+    retriever: Any = None,
+    resume: bool = False,
+    overwrite: bool = False,
+    value_learning_rate: float | None = None,
+) -> RLRun:
+    """Open an RL trainer's run: check its folder, load what it trains, and restore a checkpoint on ``resume``.
+
+    Args:
+        cfg: The trainer's configuration.
+        kind: The trainer's name in its checkpoints.
+        policy: A ready policy (default: load ``cfg.model``, then ``cfg.init_from``).
+        retriever: Retriever (default: ``cfg.retriever`` over the task corpus).
+        resume: Continue from ``cfg.output_dir``'s checkpoint, which must exist.
+        overwrite: Replace a run already in ``cfg.output_dir``.
+        value_learning_rate: Train a value head beside the policy at this learning rate (no weight decay);
+            None: no value head.
+
+    Returns:
+        The run, at step ``start``.
+
+    Raises:
+        FileExistsError: If the run folder holds a run and neither ``resume`` nor ``overwrite`` is set.
+        FileNotFoundError: If ``resume`` is set and there is no checkpoint.
+        CheckpointError: If a checkpoint to resume from (or ``init_from``) is damaged, unsafe or does not fit.
+    """
+    run_dir = start_run(cfg, resume=resume, overwrite=overwrite)
+    policy = init_policy(cfg, policy, cfg.init_from)
+    model = policy.model
+    examples, retr = task_examples(cfg, retriever)
+    pad_id = pad_token_id(policy)
+    head = ValueHead(_hidden_size(model)).to(model_device(model)) if value_learning_rate is not None else None
+    ref_model = None
+    if cfg.kl_coef > 0 and not cfg.lora:
+        ref_model = copy.deepcopy(model).eval()
+        for p in ref_model.parameters():
+            p.requires_grad_(False)
+    params = trainable_parameters(model)
+    if head is None:
+        opt = make_optimizer(params, cfg)
+    else:
+        groups: list[dict[str, Any]] = [
+            {"params": params, "lr": cfg.peak_learning_rate, "weight_decay": cfg.weight_decay},
+            {"params": list(head.parameters()), "lr": value_learning_rate, "weight_decay": 0.0},
+        ]
+        opt = torch.optim.AdamW(groups)
+    sched = make_scheduler(opt, cfg, cfg.steps * cfg.epochs * cfg.minibatches)
+    gen = np.random.default_rng(cfg.seed)
+    order = DataOrder(len(examples), cfg.seed)
+    start = 0
+    if resume:
+        start, _ = restore_training_state(run_dir, kind=kind, cfg=cfg, model=model, optimizer=opt, scheduler=sched,
+                                          gen=gen, order=order, extra=None if head is None else {"value_head": head})
+    return RLRun(cfg=cfg, kind=kind, run_dir=run_dir, policy=policy, model=model, examples=examples, retriever=retr,
+                 pad_id=pad_id, ref_model=ref_model, params=params, head=head, optimizer=opt, scheduler=sched,
+                 gen=gen, order=order, start=start, log=MetricsLog(run_dir, start),
+                 bar=progress_bar(cfg.steps, start, cfg.progress, kind), last=last_record(run_dir, start))

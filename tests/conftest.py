@@ -217,14 +217,23 @@ class ScriptedHandler(http.server.BaseHTTPRequestHandler):
         pass
 
 
+@contextmanager
+def serve_http(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
+    """Serve ``handler`` on a free port of 127.0.0.1 from a thread; yields ``http://127.0.0.1:PORT``."""
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    t = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    t.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        t.join(timeout=5)
+
+
 @pytest.fixture()
 def scripted() -> Iterator[tuple[str, type[ScriptedHandler]]]:
     """A :class:`ScriptedHandler` server on 127.0.0.1: ``(base URL, handler class)``; fill ``handler.script``."""
     handler = type("Handler", (ScriptedHandler,), {"script": [], "seen": []})
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    t = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    t.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}", handler
-    httpd.shutdown()
-    httpd.server_close()
-    t.join(timeout=5)
+    with serve_http(handler) as url:
+        yield url, handler

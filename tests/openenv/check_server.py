@@ -93,14 +93,18 @@ def test_openenv_validator_passes(server: str) -> None:
 
 
 def test_manifest_declares_the_true_reward_range(world: dict[str, Path]) -> None:
-    out = world["root"] / "pkg"
-    out.mkdir()
-    for reward, expected in (("default", [-0.1, 1.0]), ("frugal", [-0.1, 1.0]), ("search-r1", [0.0, 1.0])):
-        proc = subprocess.run([str(BIN / "searchenv"), "serve-openenv", "--task", str(world["qa"]), "--index",
-                               str(world["index"]), "--reward", reward, "--manifest", str(out / "openenv.yaml")],
-                              capture_output=True, text=True, timeout=60)
-        assert proc.returncode == 0, proc.stderr
-        parsed = OpenEnvYamlParser().parse(out)  # OpenEnv's own manifest parser
+    cases = (("default", [-0.1, 1.0]), ("frugal", [-0.1, 1.0]), ("search-r1", [0.0, 1.0]))
+    procs = []
+    for reward, _ in cases:  # the three commands at once (each spends most of its time importing openenv)
+        out = world["root"] / f"pkg-{reward}"
+        out.mkdir()
+        command = [str(BIN / "searchenv"), "serve-openenv", "--task", str(world["qa"]), "--index", str(world["index"]),
+                   "--reward", reward, "--manifest", str(out / "openenv.yaml")]
+        procs.append(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    for (reward, expected), proc in zip(cases, procs, strict=True):
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        parsed = OpenEnvYamlParser().parse(world["root"] / f"pkg-{reward}")  # OpenEnv's own manifest parser
         assert list(parsed.reward.range) == pytest.approx(expected)
         assert parsed.capabilities.declared_tools == ["search", "answer"]
         assert parsed.capabilities.declared_task_count == {"train": len(EXAMPLES)}

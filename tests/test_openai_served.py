@@ -263,21 +263,25 @@ def test_searcher_prompts_served_equal_in_process_wherever_the_server_gets_the_s
 
 def test_bench_judge_runs_end_to_end_on_the_served_model(served: tuple[str, str], tmp_path: Path) -> None:
     """``searchenv bench --judge-url``: every answer not exact is put to the served model, twice."""
-    from tests.test_bench_judge import judge_data
+    from agents.evaluation.judges import MIN_DECOYS
+    from tests.test_bench_judge import SET, judge_data
 
     url, folder = served
-    out = tmp_path / "bench"  # five questions: the judge's decoys are answers of other questions of the set
+    # The fewest questions that test it (each served judgement is seconds of CPU): the decoys are answers of
+    # the other questions of the set, so the fewest decoys allowed and one question more.
+    rows = SET[: MIN_DECOYS + 1]
+    out = tmp_path / "bench"
     cmd = [sys.executable, "-c", "from searchenv.cli import main; main()", "bench", "search-r1", "--data",
-           str(judge_data(tmp_path)), "--agent", "random", "--set", "nq", "--out", str(out),
+           str(judge_data(tmp_path, rows)), "--agent", "random", "--set", "nq", "--out", str(out),
            "--index-root", str(tmp_path / "idx"), "--judge-url", url + "/v1", "--judge-model", folder,
-           "--judge-concurrency", "2"]
+           "--judge-concurrency", "2", "--judge-decoys", str(MIN_DECOYS)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     card = json.loads((out / "card.json").read_text())
     assert card["settings"]["judge"]["model"] == folder and card["settings"]["judge"]["kind"] == "choice"
     episodes = [json.loads(line) for line in (out / "transcripts" / "nq.jsonl").read_text().splitlines()]
     methods = [e["judgement"]["method"] for e in episodes]
-    assert len(episodes) == 5 and card["sets"]["nq"]["judge_failures"] == 0
+    assert len(episodes) == len(rows) and card["sets"]["nq"]["judge_failures"] == 0
     asked = [e["judgement"] for e in episodes if e["judgement"]["method"] not in ("exact", "no_answer")]
     assert asked, methods  # the random agent's answers are not gold: the model was asked
     for j in asked:

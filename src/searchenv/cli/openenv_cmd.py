@@ -48,7 +48,9 @@ def serve_openenv(
     max_body_bytes: Annotated[int, typer.Option(
         help="Largest request body, and largest WebSocket message, in bytes.", min=1)] = 2 * 1024 * 1024,
     max_connections: Annotated[int, typer.Option(help="Most open connections.", min=1)] = 512,
-    request_timeout: Annotated[float, typer.Option(help="Seconds for a request to arrive whole.", min=0.01)] = 10.0,
+    request_timeout: Annotated[float, typer.Option(
+        help="Seconds for an HTTP request or WebSocket handshake to arrive whole (not a session's silences: "
+             "--idle-timeout).", min=0.01)] = 10.0,
     manifest: Annotated[Path | None, typer.Option(
         help="Write the openenv.yaml manifest (the reward range served) to this file and exit.")] = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",

@@ -528,9 +528,24 @@ class _GuardedH11Protocol(H11Protocol):
                     transport.write(_REFUSED)
                     self._close()
 
+    _upgraded = False  # the connection was handed to a WebSocket protocol
+
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
         self._watch()
+
+    def handle_websocket_upgrade(self, event: h11.Request) -> None:
+        """Hand the connection to the WebSocket protocol, with none of this protocol's timers left on it.
+
+        The request timeout bounds the arrival of the handshake; the WebSocket's silences between
+        messages are the application's to limit (``serve-openenv``'s ``--idle-timeout``).
+        """
+        self._upgraded = True
+        for timer in (self._timer, self._output_timer):
+            if timer is not None:
+                timer.cancel()
+        self._timer = self._output_timer = None
+        super().handle_websocket_upgrade(event)
 
     def on_response_complete(self) -> None:
         self._idle_since = self.loop.time()
@@ -568,6 +583,8 @@ class _GuardedH11Protocol(H11Protocol):
 
     def _watch(self) -> None:
         """Run the request timer while a request is awaited or arriving (uvicorn times keep-alive)."""
+        if self._upgraded:
+            return
         waiting = (self.conn.their_state in (h11.IDLE, h11.SEND_BODY) and self.timeout_keep_alive_task is None
                    and not self.transport.is_closing())
         if waiting and self._timer is None:
@@ -585,7 +602,7 @@ class _GuardedH11Protocol(H11Protocol):
         transport's buffer is empty, and the connection is aborted when they have not shrunk for
         the write timeout.
         """
-        if self._output_timer is None and self.transport.get_write_buffer_size() > 0:
+        if not self._upgraded and self._output_timer is None and self.transport.get_write_buffer_size() > 0:
             self._unsent = self._unsent_now()
             self._unsent_since = self.loop.time()
             self._output_timer = self.loop.call_later(self.limits.write_timeout / 4, self._check_output)

@@ -331,3 +331,16 @@ def test_a_turn_with_a_lone_surrogate_is_kept_writable(corpus_file: Any) -> None
     assert term and info["answer"] == "Karsk\\ud800"
     json.dumps(env.messages(), ensure_ascii=False).encode("utf-8")  # the episode can be written as UTF-8
     obs.encode("utf-8")
+
+
+def test_what_a_client_may_see_holds_nothing_derived_from_the_answer_until_the_end(make_env: Any) -> None:
+    from searchenv.info import ANSWER_DERIVED_KEYS, client_info
+
+    env = make_env(reward="r3-rag", max_turns=3)
+    env.reset(options={"index": 1})
+    infos = [env.step(t)[4] for t in ("<search> Tobin Quenn </search>", "<answer> Karsk </answer>")]
+    early = client_info(infos[0], done=False)
+    assert ANSWER_DERIVED_KEYS <= set(infos[0]) and not ANSWER_DERIVED_KEYS & set(early)
+    assert early["reward_terms"] == infos[0]["reward_terms"] and early["doc_ids"] == infos[0]["doc_ids"]
+    final = client_info(infos[1], done=True)
+    assert final == dict(infos[1]) and final["gold_answers"] == ["Karsk"] and final["em"] == 1.0

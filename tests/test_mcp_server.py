@@ -266,3 +266,27 @@ def test_the_cli_does_not_import_the_sdk_until_mcp_runs() -> None:
             "print('MCP' if 'mcp' in sys.modules else 'NO-MCP')\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert "mcp" in out.stdout and out.stdout.strip().splitlines()[-1] == "NO-MCP"
+
+
+def test_a_model_that_copies_what_the_tools_return_scores_nothing(server: Any, corpus_file: Path) -> None:
+    """The server holds no answers: what its tools return never shows one, so the copier's answer scores EM 0."""
+    from searchenv.env import SearchQAEnv
+
+    from .leak import SEALED, assert_no_gold, copied_answer
+
+    async def check(client: Client) -> None:
+        env = SearchQAEnv(SEALED, corpus=corpus_file)
+        for example in SEALED:
+            seen: list[Any] = []
+            for query in (example.question, "zzz"):
+                found = await client.call_tool("search", {"query": query, "k": 5})
+                seen += [found.structured_content, found.content[0].text]
+                for hit in (found.structured_content or {}).get("hits", [])[:2]:
+                    opened = await client.call_tool("open", {"id": hit["id"]})
+                    seen += [opened.structured_content, opened.content[0].text]
+            assert_no_gold(seen, example.answers, f"mcp/{example.id}")
+            env.reset(options={"example_id": example.id})
+            *_, info = env.step(f"<answer> {copied_answer(seen)} </answer>")
+            assert info["em"] == 0.0
+
+    run(check, server)

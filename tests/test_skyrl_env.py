@@ -10,6 +10,7 @@ import pytest
 skyrl_gym = pytest.importorskip("skyrl_gym")
 
 from searchenv.env import SearchQAEnv  # noqa: E402
+from searchenv.info import ANSWER_DERIVED_KEYS  # noqa: E402
 from searchenv.integrations.skyrl import SearchQASkyRLEnv, register  # noqa: E402
 from searchenv.retrievers.bm25 import BM25Retriever  # noqa: E402
 from searchenv.tasks import QAExample  # noqa: E402
@@ -53,12 +54,14 @@ def test_episode_through_skyrl_gym_make_matches_searchqa_env(index: Path) -> Non
         assert out["reward"] == pytest.approx(float(reward))
         assert out["done"] == (terminated or truncated)
         assert out["metadata"]["reward_terms"] == info["reward_terms"]
-        if not out["done"]:
+        if not out["done"]:  # nothing derived from the answer before the end
+            assert not ANSWER_DERIVED_KEYS & set(out["metadata"]), sorted(out["metadata"])
             [obs] = out["observations"]
             assert obs == {"role": "user", "content": info["new_text"]} and "<information>" in obs["content"]
     assert [o["metadata"]["action_type"] for o in outputs] == ["search", "search", "answer"]
     final = outputs[-1]
     assert final["done"] and final["observations"] == [] and final["metadata"]["em"] == 1.0
+    assert final["metadata"]["gold_answers"] == ["Vuldoria"] and "summary" in final["metadata"]
     metrics = env.get_metrics()
     assert metrics["em"] == 1.0 and metrics["searches"] == 2.0 and metrics["turns"] == 3.0
     assert metrics["evidence_recall"] == 1.0 and "reward/outcome" in metrics

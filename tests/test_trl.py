@@ -389,3 +389,30 @@ def test_tool_env_tells_the_model_the_truth_about_hostile_calls(bm25: BM25Retrie
         if recorded:  # what the episode holds is writable as UTF-8; the next call starts a new one
             json.dumps([env._final, env._env.messages()], ensure_ascii=False, default=str).encode("utf-8")
             env.reset(example_id=tobin.id)
+
+
+@pytest.mark.parametrize("protocol", ["search-r1", "tools", "browse", "tools-browse", "arena"])
+def test_a_model_that_copies_what_the_tools_return_scores_nothing(bm25: BM25Retriever, protocol: str) -> None:
+    """Every preset: the tools' returns before the answer never hold the gold, so the copier's EM is 0."""
+    from agents.integrations.trl import SearchQAToolEnv
+    from searchenv.rewards import PRESETS
+
+    from .leak import SEALED, assert_no_gold, copied_answer
+
+    for preset in PRESETS:
+        make_env = SearchQAToolEnv.factory(list(SEALED), retriever=bm25, max_turns=5, protocol=protocol,
+                                           reward=preset)
+        for example in SEALED:
+            env: Any = make_env()
+            env.reset(example_id=example.id)
+            seen = [env.search(example.question), env.search("zzz")]
+            if hasattr(env, "open"):
+                seen.append(env.open(1))
+            assert_no_gold(seen, example.answers, f"{protocol}/{preset}/{example.id}")
+            copied = copied_answer(seen)
+            if protocol == "arena":
+                env.answer(copied, [1], "copied")
+            else:
+                env.answer(copied)
+            env.get_reward()
+            assert env.final_metrics["em"] == 0.0, (protocol, preset, copied)

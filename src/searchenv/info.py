@@ -31,3 +31,30 @@ class StepInfo(dict[str, Any]):
             stacklevel=2,
         )
         return self[new]
+
+
+#: Info keys computed from the gold answers or the gold evidence. A client outside the process (a served
+#: session, an engine's generator) sees them only on the step that ends its episode (:func:`client_info`).
+ANSWER_DERIVED_KEYS = frozenset({"gold_answers", "em", "f1", "contains", "evidence_recall", SUMMARY_KEY,
+                                 "reward_signals"})
+
+
+def client_info(info: dict[str, Any], *, done: bool) -> dict[str, Any]:
+    """What a client outside the process may see of a step's ``info``: the one place that decides it.
+
+    While the episode runs, nothing derived from the answer leaves: the gold answers, EM/F1/contains,
+    evidence recall, the summary (which repeats them) and the raw reward signals (relevance to the gold
+    evidence, paid at the end under some presets) are dropped (:data:`ANSWER_DERIVED_KEYS`). The step's
+    reward and its terms stay: they are the training signal. On the step that ends the episode the
+    info is returned whole.
+
+    Args:
+        info: A step's info (:meth:`~searchenv.env.SearchQAEnv.step`).
+        done: Whether this step ended the episode (terminated or truncated).
+
+    Returns:
+        A new plain dict.
+    """
+    if done:
+        return dict(info)
+    return {k: v for k, v in info.items() if k not in ANSWER_DERIVED_KEYS}

@@ -26,13 +26,17 @@ import pytest
 import websockets
 from openenv.cli._validation import validate_running_environment
 from openenv.core.env_server.mcp_types import CallToolAction
+from openenv.core.env_server.serialization import serialize_observation
 from openenv.core.mcp_client import MCPToolClient
 from openenv.validation.parsers.openenv_yaml import OpenEnvYamlParser
 from tests.conftest import DOCS, EXAMPLES
+from tests.leak import SEALED, assert_no_gold, copied_answer
 
 import searchenv  # noqa: F401  (registers SearchQA-v0)
+from searchenv.integrations.openenv import SearchQAEnvironment, SearchQAService
 from searchenv.protocols import Answer, Search, get_protocol
 from searchenv.retrievers.bm25 import BM25Retriever
+from searchenv.rewards import PRESETS
 from searchenv.tasks import write_qa_jsonl
 
 BIN = Path(sys.executable).parent
@@ -51,7 +55,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("openenv")
     BM25Retriever.build(DOCS, root / "idx")
     write_qa_jsonl(root / "qa.jsonl", EXAMPLES)
-    return {"root": root, "index": root / "idx", "qa": root / "qa.jsonl"}
+    write_qa_jsonl(root / "sealed.jsonl", SEALED)
+    return {"root": root, "index": root / "idx", "qa": root / "qa.jsonl", "sealed": root / "sealed.jsonl"}
 
 
 def _serve(world: dict[str, Path], *extra: str) -> tuple[subprocess.Popen[bytes], str]:
@@ -284,6 +289,75 @@ def test_a_thousand_sessions_at_once_get_a_clear_refusal(world: dict[str, Path])
             await bystander.close()
 
         held: list[Any] = []
+        asyncio.run(run())
+    finally:
+        _stop(proc)
+
+
+# ---- nothing derived from the answer before the episode ends --------------------------------------
+
+
+@pytest.mark.parametrize("protocol", ["tools", "tools-browse"])
+def test_no_observation_shows_the_answer_before_the_episode_ends(world: dict[str, Path], protocol: str) -> None:
+    """Every reward preset: searches, opens, a malformed call, then an answer; OpenEnv's own serialiser."""
+    retriever = BM25Retriever.load(world["index"])
+    for preset in PRESETS:
+        service = SearchQAService(world["sealed"], retriever=retriever, split="test", protocol=protocol,
+                                  reward=preset, reward_range=(-10.0, 10.0), max_turns=6)
+        for example in SEALED:
+            session = SearchQAEnvironment(service)
+            sent = [serialize_observation(session.reset(example_id=example.id))]
+            calls: list[tuple[str, Any]] = [("search", {"query": example.question}), ("search", {"q": 1})]
+            if protocol == "tools-browse":
+                calls.append(("open", {"doc": 1}))
+            calls += [("search", {"query": sub.question}) for sub in example.decomposition[:2]]
+            for name, arguments in calls:
+                sent.append(serialize_observation(session.step(CallToolAction(tool_name=name, arguments=arguments))))
+                assert sent[-1]["done"] is False
+            final = serialize_observation(session.step(CallToolAction(tool_name="answer",
+                                                                      arguments={"answer": "Montabri"})))
+            assert_no_gold(sent, example.answers, f"{protocol}/{preset}/{example.id}")
+            assert final["done"] is True and final["observation"]["metadata"]["gold_answers"] == list(example.answers)
+            assert "summary" in final["observation"]["metadata"]
+            session.close()
+
+
+def test_a_model_that_copies_what_it_is_shown_scores_nothing(server: str) -> None:
+    """Over the WebSocket, as OpenEnv's clients and verifiers' taskset see it: search, then copy any answer."""
+    async def play(seed: int) -> tuple[float, float]:
+        ws = await _ws(server)
+        seen = [await _call(ws, {"type": "reset", "data": {"seed": seed}})]
+        seen.append(await _call(ws, _step("search", {"query": "zzz"})))
+        seen.append(await _call(ws, _step("search", {"query": seen[0]["data"]["observation"]["question"]})))
+        final = await _call(ws, _step("answer", {"answer": copied_answer(seen)}))
+        await ws.close()
+        total = sum(float(m["data"]["reward"] or 0.0) for m in [*seen[1:], final])
+        return total, float(final["data"]["observation"]["metadata"]["em"])
+
+    async def run() -> list[tuple[float, float]]:
+        return await asyncio.gather(*(play(seed) for seed in range(4)))
+
+    for total, em in asyncio.run(run()):
+        assert em == 0.0 and total <= 0.0, (total, em)
+
+
+def test_a_session_outlives_a_pause_longer_than_the_request_timeout(world: dict[str, Path]) -> None:
+    """A model turn slower than --request-timeout keeps its episode; --idle-timeout closes it with a reason."""
+    proc, url = _serve(world, "--request-timeout", "1", "--idle-timeout", "4")
+    try:
+        async def run() -> None:
+            ws = await _ws(url)
+            await _call(ws, {"type": "reset", "data": {"seed": 1}})
+            await asyncio.sleep(2.5)  # a slow model turn: longer than the request timeout, shorter than idle
+            out = await _call(ws, _step("search", {"query": "Tobin Quenn"}))
+            assert out["type"] == "observation" and out["data"]["observation"]["metadata"]["turn"] == 1, out
+            start = time.monotonic()
+            with pytest.raises(websockets.ConnectionClosed) as closed:
+                await asyncio.wait_for(ws.recv(), 10)
+            assert 3.0 < time.monotonic() - start < 7.0
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 1000
+            assert "--idle-timeout" in closed.value.rcvd.reason
+
         asyncio.run(run())
     finally:
         _stop(proc)

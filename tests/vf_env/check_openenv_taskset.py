@@ -66,20 +66,23 @@ def _in_process(seed: int, replies: list[str]) -> tuple[str, float]:
     return env.example.id, total
 
 
-def test_bundled_openenv_taskset_rewards_equal_in_process_searchqa(tmp_path: Path) -> None:
-    if not (OPENENV_BIN / "searchenv").exists():
-        pytest.skip(".venv-openenv is not built here (make test builds it)")
+def _seeds_and_ids() -> tuple[list[int], dict[int, str]]:
     config = tomllib.loads(_doc_toml())
     seeds = [reset["seed"] for reset in config["env"]["taskset"]["resets"]]
-    assert len(seeds) >= 4
     env = gym.make("SearchQA-v0", **SETTINGS).unwrapped
     ids = {}
     for seed in seeds:
         env.reset(seed=seed)
         ids[seed] = env.example.id
-    examples, _ = resolve_task(SETTINGS["task"], SETTINGS["split"], None)
-    bad_first = {ids[s] for s in seeds if s % 2 == 1}
+    return seeds, ids
 
+
+def _run_doc_toml(tmp_path: Path, **model: Any) -> list[dict[str, Any]]:
+    """``vf-eval`` of the docs' TOML against ``serve-openenv`` (its default settings) and a scripted model."""
+    if not (OPENENV_BIN / "searchenv").exists():
+        pytest.skip(".venv-openenv is not built here (make test builds it)")
+    config = tomllib.loads(_doc_toml())
+    examples, _ = resolve_task(SETTINGS["task"], SETTINGS["split"], None)
     port = _free_port()
     log = tmp_path / "serve-openenv.log"  # a file, not a pipe nobody reads while the server runs
     with log.open("wb") as sink:
@@ -98,7 +101,7 @@ def test_bundled_openenv_taskset_rewards_equal_in_process_searchqa(tmp_path: Pat
             if server.poll() is not None or time.monotonic() > deadline:
                 raise AssertionError(f"serve-openenv did not start: {log.read_text()[-2000:]}")
             time.sleep(0.2)
-        with scripted_model(examples, json_actions=True, bad_first=bad_first) as model_url:
+        with scripted_model(examples, json_actions=True, **model) as model_url:
             text = _doc_toml()
             text = text.replace(config["client"]["base_url"], model_url)
             text = text.replace(config["env"]["taskset"]["base_url"], url)
@@ -112,7 +115,13 @@ def test_bundled_openenv_taskset_rewards_equal_in_process_searchqa(tmp_path: Pat
         server.wait(timeout=10)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     [traces_file] = (tmp_path / "ev").glob("*/traces.jsonl")
-    traces = [t for line in traces_file.read_text().splitlines() for t in json.loads(line)["traces"]]
+    return [t for line in traces_file.read_text().splitlines() for t in json.loads(line)["traces"]]
+
+
+def test_bundled_openenv_taskset_rewards_equal_in_process_searchqa(tmp_path: Path) -> None:
+    seeds, ids = _seeds_and_ids()
+    assert len(seeds) >= 4
+    traces = _run_doc_toml(tmp_path, bad_first={ids[s] for s in seeds if s % 2 == 1})
     assert len(traces) == len(seeds)
     returns = []
     for trace in traces:
@@ -126,3 +135,20 @@ def test_bundled_openenv_taskset_rewards_equal_in_process_searchqa(tmp_path: Pat
         returns.append(want)
     # the malformed opening call costs its turn's penalty, so both kinds of episode were played
     assert len({round(r, 6) for r in returns}) >= 2, returns
+
+
+def test_a_slow_model_that_copies_what_it_is_shown_scores_nothing(tmp_path: Path) -> None:
+    """15 s a turn (past the server's 10 s request timeout) and a copier: the episodes live, and score 0."""
+    seeds, ids = _seeds_and_ids()
+    examples, _ = resolve_task(SETTINGS["task"], SETTINGS["split"], None)
+    golds = {e.id: e.answers for e in examples}
+    traces = _run_doc_toml(tmp_path, copier=True, delay_s=15.0)
+    assert len(traces) == len(seeds)
+    for trace in traces:
+        assert trace["errors"] == [], trace["errors"]
+        seed = trace["task"]["data"]["reset"]["seed"]
+        contents = [node["message"]["content"] for node in trace["nodes"]]
+        assert len(contents) >= 4  # reset, search, its observation, answer
+        answer = json.loads(contents[3])["arguments"]["answer"]
+        assert answer not in golds[ids[seed]], (answer, golds[ids[seed]])
+        assert trace["rewards"]["openenv_reward"]["score"] <= 0.0

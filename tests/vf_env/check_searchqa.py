@@ -9,6 +9,7 @@ its streams leave out and verifiers' relay requires (nothing else is changed).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -18,11 +19,18 @@ from typing import Any
 
 import gymnasium as gym
 import pytest
+from tests.leak import assert_no_gold
 from tests.vf_env.done_relay import done_relay
 from tests.vf_env.scripted_model import scripted_model
 
 import searchenv  # noqa: F401  (registers SearchQA-v0)
-from searchenv.integrations.verifiers import SearchQASettings, _opened, _settings
+from searchenv.integrations.verifiers import (
+    SearchQASettings,
+    SearchQAToolset,
+    SearchQAToolsetConfig,
+    _opened,
+    _settings,
+)
 from searchenv.protocols.tools import tool_turn_text
 
 BIN = Path(sys.executable).parent
@@ -77,6 +85,31 @@ def test_vf_eval_rewards_equal_in_process_searchqa(tmp_path: Path) -> None:
         assert trace["rewards"]["episode_return"]["score"] == pytest.approx(want)
         assert trace["metrics"]["em"] == em == 1.0 and trace["metrics"]["searches"] >= 1
         assert 0.0 <= trace["metrics"]["evidence_recall"] <= 1.0
+
+
+def test_a_model_that_copies_what_it_is_shown_scores_nothing(tmp_path: Path) -> None:
+    """The copier searches ``zzz`` and answers any answer-like text it was shown: nothing, so EM 0."""
+    examples, _ = _opened(_settings(SearchQASettings()))
+    with scripted_model(examples, copier=True) as url:
+        traces = _vf_eval(url, tmp_path / "ev", 4, "copier")
+    assert len(traces) == 4
+    for trace in traces:
+        assert trace["errors"] == [], trace["errors"]
+        golds = examples[trace["task"]["data"]["example_index"]].answers
+        shown = [n["message"] for n in trace["nodes"] if n["message"]["role"] != "assistant"]
+        assert_no_gold(shown, golds, f"searchqa trace {trace['task']['data']['example_index']}")
+        assert trace["metrics"]["em"] == 0.0 and trace["rewards"]["episode_return"]["score"] <= 0.0
+
+
+def test_the_tool_server_acknowledges_an_answer_and_explains_a_bad_call() -> None:
+    toolset = SearchQAToolset(SearchQAToolsetConfig(**json.loads(_settings(SearchQASettings()))))
+    answered = asyncio.run(toolset.call_tool("answer", {"answer": "Karsk"}))
+    assert answered.content[0].text == "Answer received." and not answered.is_error
+    examples, _ = _opened(_settings(SearchQASettings()))
+    searched = asyncio.run(toolset.call_tool("search", {"query": examples[0].question}))
+    assert "Doc 1" in searched.content[0].text and not searched.is_error
+    bad = asyncio.run(toolset.call_tool("answer", {"answer": ["Karsk"]}))
+    assert bad.is_error and bad.content[0].text
 
 
 @pytest.mark.skipif(not os.environ.get("SEARCHQA_MODEL_URL"), reason="no served model (SEARCHQA_MODEL_URL)")

@@ -10,6 +10,10 @@ Two ways of playing it, one per kind of verifiers environment:
   ``observation.example_id`` picks the example, and each reply is one OpenEnv ``call_tool`` action as
   JSON text. Examples in ``bad_first`` open with a malformed call (``search`` without ``query``).
 
+With ``copier=True`` it plays the cheat instead of the oracle, either way: search ``zzz``, then answer
+whatever answer-like text it has been shown (:func:`tests.leak.copied_answer`). ``delay_s`` makes
+every reply take that long, as a slow model's turn does.
+
 Deterministic, so the same sessions can be played through several clients.
 """
 
@@ -17,11 +21,13 @@ from __future__ import annotations
 
 import http.server
 import json
+import time
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from tests.conftest import serve_http
+from tests.leak import copied_answer
 
 from searchenv.integrations.verifiers import oracle_calls
 from searchenv.tasks.example import QAExample
@@ -49,6 +55,19 @@ def _tool_call_message(examples: Sequence[QAExample], messages: list[dict[str, A
     return {"role": "assistant", "content": "Done."}
 
 
+def _copier_message(messages: list[dict[str, Any]], json_actions: bool) -> dict[str, Any]:
+    """Search ``zzz``, then answer what the conversation showed that looks like an answer; then stop."""
+    done = sum(1 for m in messages if m.get("role") == "assistant")
+    if done >= 2:
+        return {"role": "assistant", "content": "Done."}
+    name, args = ("search", {"query": "zzz"}) if done == 0 else (
+        "answer", {"answer": copied_answer([_text(m) for m in messages if m.get("role") in ("user", "tool")])})
+    if json_actions:
+        return {"role": "assistant", "content": json.dumps({"type": "call_tool", "tool_name": name, "arguments": args})}
+    return {"role": "assistant", "content": "", "tool_calls": [
+        {"id": f"call_{done}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}]}
+
+
 def _json_action_message(examples: Sequence[QAExample], bad_first: Collection[str],
                          messages: list[dict[str, Any]]) -> dict[str, Any]:
     users = [m for m in messages if m.get("role") == "user"]
@@ -62,13 +81,15 @@ def _json_action_message(examples: Sequence[QAExample], bad_first: Collection[st
 
 @contextmanager
 def scripted_model(examples: Sequence[QAExample], *, json_actions: bool = False,
-                   bad_first: Collection[str] = ()) -> Iterator[str]:
+                   bad_first: Collection[str] = (), copier: bool = False, delay_s: float = 0.0) -> Iterator[str]:
     """Serve the oracle on a free port of 127.0.0.1; yields the base URL (``.../v1``).
 
     Args:
         examples: The questions it may be asked (found by question text, or by id in JSON-action play).
         json_actions: Reply with OpenEnv actions as JSON text instead of native tool calls.
         bad_first: Ids of the examples whose play opens with a malformed call (JSON-action play).
+        copier: Play the copier (module docstring) instead of the oracle.
+        delay_s: Seconds each reply takes.
     """
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -78,8 +99,13 @@ def scripted_model(examples: Sequence[QAExample], *, json_actions: bool = False,
         def do_POST(self) -> None:  # noqa: N802
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
             messages = body.get("messages", [])
-            message = (_json_action_message(examples, bad_first, messages) if json_actions
-                       else _tool_call_message(examples, messages))
+            time.sleep(delay_s)
+            if copier:
+                message = _copier_message(messages, json_actions)
+            elif json_actions:
+                message = _json_action_message(examples, bad_first, messages)
+            else:
+                message = _tool_call_message(examples, messages)
             finish = "tool_calls" if message.get("tool_calls") else "stop"
             reply = {"id": "cmpl-1", "object": "chat.completion", "created": 0, "model": body.get("model", "oracle"),
                      "choices": [{"index": 0, "message": message, "finish_reason": finish}],

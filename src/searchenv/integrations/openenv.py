@@ -13,8 +13,9 @@ WebSocket) to ``step`` for an environment whose action class is ``CallToolAction
 
 Every observation of a call (:class:`SearchQAObservation`) carries ``reward`` (the step's shaped
 reward), ``reward_terms`` (each term's contribution; they sum to the reward), ``done``, the
-tool's reply as ``result``, the new chat messages, and the step's ``info`` as ``metadata`` (EM,
-F1 and the episode summary when it ends). ``reset`` takes ``seed``, ``split``, ``index`` or
+tool's reply as ``result``, the new chat messages, and the step's ``info`` as ``metadata``, less
+whatever is derived from the answer until the episode ends (:func:`~searchenv.info.client_info`: the gold
+answers, EM, F1 and the summary come on the final observation only). ``reset`` takes ``seed``, ``split``, ``index`` or
 ``example_id``; the same seed picks the same question as ``gymnasium.make("SearchQA-v0", ...)``
 over the same split. OpenEnv's task API (``list_splits``, ``list_tasks``, ``num_tasks``,
 ``get_task``, ``get_task_range``) lists the questions (ids and text, never the answers).
@@ -31,6 +32,7 @@ WebSocket is closed and the session reclaimed. Needs ``openenv`` (``pip install
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import hmac
 import json
@@ -52,6 +54,7 @@ from openenv.core.env_server.types import ConcurrencyConfig, EnvironmentMetadata
 from pydantic import Field
 
 from searchenv.env import SearchQAEnv
+from searchenv.info import client_info
 from searchenv.integrations.openenv_manifest import check_range, step_reward_range
 from searchenv.make import check_evidence, resolve_task, shared_retriever
 from searchenv.protocols.tools import tool_turn_text
@@ -272,9 +275,10 @@ class SearchQAEnvironment(Environment):
         self._steps += 1
         new = env.messages()[before:]
         reply = new[-1]["content"] if len(new) > 1 else info["new_text"]
-        return SearchQAObservation(tool_name=action.tool_name, result=reply, done=bool(terminated or truncated),
+        done = bool(terminated or truncated)
+        return SearchQAObservation(tool_name=action.tool_name, result=reply, done=done,
                                    reward=float(reward), reward_terms=dict(info["reward_terms"]),
-                                   messages=_json_safe(new), metadata=_json_safe(info))
+                                   messages=_json_safe(new), metadata=_json_safe(client_info(info, done=done)))
 
     @property
     def state(self) -> SearchQAState:
@@ -343,7 +347,8 @@ class _Guard:
     match (401), a POST body must be declared ``application/json`` (415) and within
     ``max_body_bytes`` (413). WebSocket: the same Host and token checks, and an ``Origin`` (a
     browser's page) must name this server, else the handshake is refused (403); a connection that
-    sends no message for ``idle_timeout`` seconds is closed (1001), which ends its session.
+    sends no message for ``idle_timeout`` seconds is closed (1000, with the reason), which ends its
+    session. The HTTP server's request timeout bounds only the handshake's arrival.
     """
 
     def __init__(self, app: Any, *, token: str | None, allowed_hosts: Sequence[str], max_body_bytes: int,
@@ -365,7 +370,7 @@ class _Guard:
                 await receive()  # websocket.connect
                 await send({"type": "websocket.close", "code": 1008, "reason": problem[1][:120]})
                 return
-            await self.app(scope, self._idle_receive(receive), send)
+            await self.app(scope, *self._idle_session(receive, send))
             return
         if problem is not None:
             await _send_json(send, *problem)
@@ -423,18 +428,36 @@ class _Guard:
 
         await self.app(scope, replay, send)
 
-    def _idle_receive(self, receive: Any) -> Any:
-        """``receive`` that reports a disconnect after ``idle_timeout`` seconds without a message."""
+    def _idle_session(self, receive: Any, send: Any) -> tuple[Any, Any]:
+        """``receive`` and ``send`` for a WebSocket session closed after ``idle_timeout`` s without a message.
+
+        On the timeout the client gets a close frame (1000) whose reason names the limit, and the
+        application a disconnect (which ends the session); what the application sends after that
+        is dropped, as the connection is closed.
+        """
         timeout = self.idle_timeout
+        closed = False
+
+        async def guarded_send(message: dict[str, Any]) -> None:
+            if not closed:
+                await send(message)
 
         async def wrapped() -> dict[str, Any]:
+            nonlocal closed
             try:
                 message: dict[str, Any] = await asyncio.wait_for(receive(), timeout)
             except asyncio.TimeoutError:
-                return {"type": "websocket.disconnect", "code": 1001, "reason": "idle timeout"}
+                reason = f"session idle for {timeout:g} s (the server's --idle-timeout)"
+                if not closed:
+                    closed = True
+                    with contextlib.suppress(Exception):  # the client may have gone already
+                        await send({"type": "websocket.close", "code": 1000, "reason": reason})
+                return {"type": "websocket.disconnect", "code": 1000, "reason": reason}
+            if message["type"] == "websocket.disconnect":
+                closed = True
             return message
 
-        return wrapped
+        return wrapped, guarded_send
 
 
 async def _send_json(send: Any, status: int, message: str) -> None:

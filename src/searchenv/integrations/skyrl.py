@@ -32,7 +32,7 @@ must match what the environment parses); each ``step`` returns the environment's
 message after a turn with no readable call, as :meth:`SearchQAEnv.messages` has them), the
 step's shaped reward, ``done`` when the agent answered or ran out of turns,
 and as ``metadata`` the step's ``info`` (action type, queries, document ids, reward terms and, at
-the end, the answer, EM, F1 and the episode summary).
+the end only, the gold answers, EM, F1 and the episode summary: :func:`searchenv.info.client_info`).
 :meth:`~SearchQASkyRLEnv.get_metrics` gives :func:`searchenv.env.episode_metrics`, which SkyRL
 averages over episodes. Needs ``skyrl-gym`` (``pip install 'searchenv[skyrl]'``).
 """
@@ -48,6 +48,7 @@ from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
 from searchenv.env import SearchQAEnv
 from searchenv.envpool import EnvPool
+from searchenv.info import client_info
 from searchenv.metrics import episode_metrics
 from searchenv.tasks.rows import example_from_row
 
@@ -175,10 +176,10 @@ class SearchQASkyRLEnv(BaseTextEnv):
         else:
             text = info["new_text"]
             observations = [{"role": "user", "content": text}] if text else []
-        # The step's info is the metadata (every step makes a fresh one). BaseTextEnvStepOutput is a
-        # TypedDict, a plain dict at run time: a literal is the cheaper way to make one.
+        # The step's info is the metadata, less what derives from the answer until the episode ends.
+        # BaseTextEnvStepOutput is a TypedDict, a plain dict at run time: a literal is the cheaper way to make one.
         out: BaseTextEnvStepOutput = {"observations": observations, "reward": float(reward), "done": done,
-                                      "metadata": info, "postprocessed_action": None}
+                                      "metadata": client_info(info, done=done), "postprocessed_action": None}
         return out
 
     def get_metrics(self) -> dict[str, Any]:

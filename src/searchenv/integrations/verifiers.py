@@ -273,7 +273,7 @@ class SearchQAToolset(vf.Toolset[SearchQAToolsetConfig, vf.State]):
         _, env = _opened(_settings(self.config))
         env.reset(options={"index": 0})
         _, _, terminated, _, info = env.step(_call_turn(name, arguments))
-        if terminated and info.get("action") == "answer":
+        if terminated and info.get("action_type") == "answer":
             text = "Answer received."
         else:
             text = str(env.messages()[-1]["content"])

@@ -21,6 +21,7 @@ from searchenv.retrievers.base import Hit, Retriever, RetrieverError
 from searchenv.rewards import Reward, RewardResult, StepContext, answer_admissible, get_reward, score_step
 from searchenv.spaces import UnicodeText
 from searchenv.tasks.example import QAExample
+from searchenv.utils.text import writable
 
 __all__ = [
     "DEFAULT_MAX_DOC_CHARS",
@@ -355,7 +356,7 @@ class SearchQAEnv(gym.Env[str, str]):
             raise RuntimeError("the episode is over (or was never started); call reset()")
         if self._pending is not None:
             raise RuntimeError("a prepared step is pending; call finish_step() first")
-        action = _writable(action)
+        action = writable(action)
         parsed = self.protocol.parse(action)
         if isinstance(parsed, Open):
             parsed = self._check_open(parsed)
@@ -756,21 +757,6 @@ def search_or_error(retriever: Retriever, queries: Sequence[str], k: int) -> lis
 
 def _is_hit(hit: object) -> bool:
     return isinstance(hit, Hit) and all(isinstance(v, str) for v in (hit.doc_id, hit.title, hit.text))
-
-
-def _writable(text: str) -> str:
-    """``text`` with any lone surrogate written as its escape (backslash, u, four hex digits): writable as UTF-8.
-
-    A model's decoded text never holds one; a caller's string can, and it would make every log
-    of the episode unwritable.
-    """
-    if text.isascii():
-        return text
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text
 
 
 def _bounded(text: str, limit: int) -> str:

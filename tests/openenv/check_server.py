@@ -361,3 +361,45 @@ def test_a_session_outlives_a_pause_longer_than_the_request_timeout(world: dict[
         asyncio.run(run())
     finally:
         _stop(proc)
+
+
+# ---- hostile input the server answers with a clear error, spending nothing ---------------------------
+
+
+def test_lone_surrogates_in_a_tool_name_or_episode_id_are_answered_and_spend_only_their_turn(server: str) -> None:
+    async def run() -> None:
+        ws = await _ws(server)
+        first = await _call(ws, {"type": "reset", "data": {"seed": 1, "episode_id": "ep-\ud800"}})
+        assert first["type"] == "observation"
+        out = await _call(ws, _step("sea\udc00rch", {"query": "Tobin Quenn"}))
+        assert out["type"] == "observation", out  # the client sees the turn it spent
+        assert out["data"]["observation"]["metadata"]["turn"] == 1
+        assert out["data"]["observation"]["metadata"]["invalid_reason"] is not None
+        state = await _call(ws, {"type": "state"})
+        assert state["type"] == "state" and state["data"]["episode_id"] == "ep-\\ud800", state
+        out = await _call(ws, _step("search", {"query": "Tobin Quenn"}))
+        assert out["data"]["observation"]["metadata"]["turn"] == 2
+        await ws.close()
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize(("route", "body", "message"), [
+    ("num_tasks", {"split": "nope"}, "no split 'nope'"),
+    ("tasks", {"split": "nope"}, "no split 'nope'"),
+    ("task", {"split": "nope", "index": 0}, "no split 'nope'"),
+    ("task", {"split": "test", "index": 99}, "index 99 is out of range for split 'test'"),
+    ("task_range", {"split": "nope", "start": 0, "stop": 2}, "no split 'nope'"),
+])
+def test_the_task_api_answers_a_bad_split_or_index_with_400_and_the_reason(
+        server: str, route: str, body: dict[str, Any], message: str) -> None:
+    response = httpx.post(f"{server}/searchqa/{route}", json=body, timeout=10)
+    assert response.status_code == 400 and message in response.json()["detail"], response.text
+
+
+@pytest.mark.parametrize("session_id", [{"a": 1}, ["x"], 5, "s-\ud800"])
+def test_an_mcp_request_naming_a_session_by_anything_but_text_is_refused(server: str, session_id: Any) -> None:
+    body = json.dumps({"jsonrpc": "2.0", "method": "tools/list", "params": {"session_id": session_id}, "id": 1})
+    response = httpx.post(f"{server}/mcp", content=body, headers={"content-type": "application/json"}, timeout=10)
+    assert response.status_code == 400 and "params.session_id" in response.json()["error"], response.text
+    assert httpx.get(f"{server}/health", timeout=10).status_code == 200

@@ -52,6 +52,7 @@ from openenv.core.env_server.mcp_types import (
 )
 from openenv.core.env_server.types import ConcurrencyConfig, EnvironmentMetadata, Observation, State
 from pydantic import Field
+from starlette.exceptions import HTTPException
 
 from searchenv.env import SearchQAEnv
 from searchenv.info import client_info
@@ -63,6 +64,7 @@ from searchenv.rewards import get_reward
 from searchenv.serving.server import DEFAULT_ALLOWED_HOSTS, _host_allowed
 from searchenv.tasks.example import QAExample
 from searchenv.utils.httpclient import check_token
+from searchenv.utils.text import writable
 
 #: The environment's name in OpenEnv's task routes (``/searchqa/splits`` ...).
 ENV_NAME = "searchqa"
@@ -193,6 +195,16 @@ class SearchQAService:
         return self.splits[split]
 
 
+class BadTaskRequest(HTTPException, ValueError):
+    """A task-API request naming no split or question of the server: 400 and the reason over HTTP, else a ValueError."""
+
+    def __init__(self, message: str) -> None:
+        HTTPException.__init__(self, status_code=400, detail=message)
+
+    def __str__(self) -> str:
+        return str(self.detail)
+
+
 def _task_spec(split: str, index: int, example: QAExample) -> dict[str, Any]:
     """One question as the task API lists it: never its answers."""
     return {"split": split, "index": index, "id": example.id, "question": example.question}
@@ -247,7 +259,7 @@ class SearchQAEnvironment(Environment):
             self._release()
             self._env, self._split = self.service.acquire(split), split
         _, info = self._env.reset(seed=seed, options=options or None)
-        self._episode_id = episode_id if isinstance(episode_id, str) else info["example_id"]
+        self._episode_id = writable(episode_id) if isinstance(episode_id, str) else info["example_id"]
         self._steps = 0
         messages = self._env.messages()
         return SearchQAResetObservation(example_id=info["example_id"], question=self._env.example.question,
@@ -276,7 +288,7 @@ class SearchQAEnvironment(Environment):
         new = env.messages()[before:]
         reply = new[-1]["content"] if len(new) > 1 else info["new_text"]
         done = bool(terminated or truncated)
-        return SearchQAObservation(tool_name=action.tool_name, result=reply, done=done,
+        return SearchQAObservation(tool_name=writable(action.tool_name), result=reply, done=done,
                                    reward=float(reward), reward_terms=dict(info["reward_terms"]),
                                    messages=_json_safe(new), metadata=_json_safe(client_info(info, done=done)))
 
@@ -313,24 +325,41 @@ class SearchQAEnvironment(Environment):
         kinds = {"train": "train", "dev": "validation", "validation": "validation", "test": "test"}
         return [{"name": s, "type": kinds.get(s, "validation")} for s in self.service.splits]
 
+    def _examples(self, split: Any) -> list[QAExample]:
+        try:
+            return self.service.examples(split)
+        except ValueError as exc:
+            raise BadTaskRequest(str(exc)) from None
+
     def num_tasks(self, split: str) -> int:
-        """How many questions ``split`` holds."""
-        return len(self.service.examples(split))
+        """How many questions ``split`` holds.
+
+        Raises:
+            BadTaskRequest: If there is no such split (a ``ValueError``; 400 over HTTP).
+        """
+        return len(self._examples(split))
 
     def get_task(self, split: str, index: int) -> dict[str, Any]:
         """Question ``index`` of ``split`` (id and text).
 
         Raises:
-            IndexError: If ``index`` is out of range.
+            BadTaskRequest: If there is no such split or ``index`` is out of range.
         """
-        examples = self.service.examples(split)
+        examples = self._examples(split)
         if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(examples):
-            raise IndexError(f"index {index!r} is out of range for split {split!r} ({len(examples)} questions)")
+            raise BadTaskRequest(f"index {index!r} is out of range for split {split!r} ({len(examples)} questions)")
         return _task_spec(split, index, examples[index])
 
     def get_task_range(self, split: str, start: int | None = None, stop: int | None = None) -> list[dict[str, Any]]:
-        """Questions ``[start, stop)`` of ``split``, at most :data:`MAX_TASKS_PER_ANSWER` of them."""
-        examples = self.service.examples(split)
+        """Questions ``[start, stop)`` of ``split``, at most :data:`MAX_TASKS_PER_ANSWER` of them.
+
+        Raises:
+            BadTaskRequest: If there is no such split, or ``start`` or ``stop`` is not an integer or None.
+        """
+        examples = self._examples(split)
+        for name, value in (("start", start), ("stop", stop)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise BadTaskRequest(f"{name} must be an integer or null, got {value!r}")
         first, last, _ = slice(start, stop).indices(len(examples))
         last = min(last, first + MAX_TASKS_PER_ANSWER)
         return [_task_spec(split, i, examples[i]) for i in range(first, last)]
@@ -417,6 +446,11 @@ class _Guard:
             if not message.get("more_body"):
                 break
         body = b"".join(chunks)
+        if scope.get("path", "").rstrip("/").endswith("/mcp"):
+            refusal = _bad_mcp_session(body)
+            if refusal is not None:
+                await _send_json(send, 400, refusal)
+                return
         sent = False
 
         async def replay() -> dict[str, Any]:
@@ -458,6 +492,26 @@ class _Guard:
             return message
 
         return wrapped, guarded_send
+
+
+def _bad_mcp_session(body: bytes) -> str | None:
+    """Why a ``POST /mcp`` body's ``params.session_id`` cannot name a session (OpenEnv answers 500), else None.
+
+    Only that field is checked here; everything else of the JSON-RPC request is OpenEnv's to answer.
+    """
+    try:
+        request = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    params = request.get("params") if isinstance(request, dict) else None
+    if not isinstance(params, dict) or params.get("session_id") is None:
+        return None
+    session_id = params["session_id"]
+    if not isinstance(session_id, str):
+        return f"params.session_id must be a string, got {type(session_id).__name__}"
+    if writable(session_id) != session_id:
+        return f"params.session_id is not Unicode text: {writable(session_id)[:80]!r} holds a lone surrogate"
+    return None
 
 
 async def _send_json(send: Any, status: int, message: str) -> None:

@@ -29,12 +29,12 @@ from searchenv.multi_agent.roles import (
     parse_selection,
     parse_sub_queries,
     role_content,
-    writable,
 )
 from searchenv.protocols.actions import Answer, Invalid, Search
 from searchenv.retrievers.base import Hit, RetrieverError
 from searchenv.rewards import Reward, RewardResult, StepContext, get_reward, score_step
 from searchenv.tasks.example import QAExample
+from searchenv.utils.text import writable
 
 #: Shared rewards given by a metric name: the final answer's score, as the paper's reward (F1).
 METRIC_REWARDS = {"f1": f1_score, "em": exact_match, "contains": gold_in_prediction}

@@ -55,17 +55,6 @@ _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.S | re.I)
 _ANSWER_LEAD = re.compile(r"^\s*(?:the\s+)?answer(?:\s+is)?\s*:\s*", re.I)
 
 
-def writable(text: str) -> str:
-    """``text`` with any lone surrogate escaped, so every log of the episode can be written as UTF-8."""
-    if text.isascii():
-        return text
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text
-
-
 def parse_sub_queries(text: str) -> list[str]:
     """The rewriter's sub-queries: one per non-empty line, list markers (``1.``, ``-``, ``Query 2:``) removed.
 

@@ -290,3 +290,66 @@ def test_a_model_that_copies_what_the_tools_return_scores_nothing(server: Any, c
             assert info["em"] == 0.0
 
     run(check, server)
+
+
+HOSTILE_LINES: list[tuple[str, Any, str]] = [
+    ('{"jsonrpc": "2.0", "id": 11, "method": "tools/call", "params": {"name": ["search"], "arguments": {}}}', 11,
+     "the tool name must be a string"),
+    ('{"jsonrpc": "2.0", "id": 12, "method": "tools/call", "params": {"name": {"a": 1}}}', 12,
+     "the tool name must be a string"),
+    ('{"jsonrpc": "2.0", "id": 13, "method": "tools/list", "params": ["x"]}', 13, "params must be an object"),
+    ('{"jsonrpc": "2.0", "id": "s\\ud800", "method": "tools/call", "params": {"name": "search", '
+     '"arguments": {"query": "Kar\\udc00sk"}}}', "s\\ud800", "lone surrogate"),
+    ('{"jsonrpc": "2.0", "id": 15, "method": "tools/call", "params": {"name": "search", "arguments": {"query": '
+     '"Kar\\ud800sk"}}}', 15, "lone surrogate"),
+    ("this is not JSON", None, "Parse error"),
+]
+
+
+def test_stdio_answers_every_request_it_cannot_read_and_keeps_serving(index: Path) -> None:
+    """Raw lines on the server's stdin: each hostile request gets an error with its id, then a search still works."""
+    import queue
+    import threading
+
+    proc = subprocess.Popen([*CLI, "mcp", "--index", str(index)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, encoding="utf-8")
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout or []], daemon=True).start()
+
+    def send(line: str) -> None:
+        assert proc.stdin is not None
+        proc.stdin.write(line + "\n")
+        proc.stdin.flush()
+
+    def answer() -> dict[str, Any]:
+        return dict(json.loads(lines.get(timeout=30)))
+
+    try:
+        send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}))
+        assert answer()["id"] == 1
+        send(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        for line, request_id, message in HOSTILE_LINES:
+            send(line)
+            got = answer()
+            assert got["id"] == request_id, (line, got)
+            text = got["error"]["message"] if "error" in got else got["result"]["content"][0]["text"]
+            assert message in text, (line, got)
+            assert "error" in got or got["result"]["isError"] is True
+        send(json.dumps({"jsonrpc": "2.0", "id": 99, "method": "tools/call",
+                         "params": {"name": "search", "arguments": {"query": "Karsk", "k": 1}}}))
+        good = answer()
+        assert good["id"] == 99 and good["result"]["structuredContent"] == {"hits": cli_json(index, "Karsk", 1)}
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+@pytest.mark.slow
+def test_http_answers_a_tool_name_that_is_not_text_with_a_tool_error(http_server: str) -> None:
+    for name in (["search"], {"a": 1}, 5):
+        body = json.dumps({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": name}}).encode()
+        got = post(http_server, body)
+        assert got.status_code == 200, got.text
+        result = got.json()["result"]
+        assert result["isError"] is True and "the tool name must be a string" in result["content"][0]["text"]

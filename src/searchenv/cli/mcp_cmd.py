@@ -73,7 +73,7 @@ def mcp(
     `search` returns the hits `searchenv search --json` prints for the same index, query and k.
     """
     try:
-        from searchenv.serving.mcp_server import DocumentLookup, create_server, http_app
+        from searchenv.serving.mcp_server import DocumentLookup, create_server, http_app, run_stdio
     except ModuleNotFoundError as exc:
         if exc.name is None or exc.name.partition(".")[0] not in ("mcp", "fastapi", "starlette", "uvicorn"):
             raise
@@ -108,7 +108,7 @@ def mcp(
     served = ", ".join(str(p) for p in index)
     if transport is Transport.stdio:
         typer.echo(f"serving {served} as MCP tools on stdio", err=True)
-        server.run("stdio")
+        run_stdio(server)
         return
     import uvicorn
 

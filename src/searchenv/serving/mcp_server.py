@@ -31,16 +31,21 @@ This module is the only one that imports the MCP SDK (``pip install 'searchenv[m
 
 import hmac
 import importlib.metadata
+import io
+import json
 import logging
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar, cast
 
 import anyio
+import mcp.types as types
 from mcp.server import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.message import SessionMessage
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 from starlette.responses import JSONResponse
@@ -53,8 +58,11 @@ from searchenv.retrievers.index.metadata import data_folder
 from searchenv.retrievers.sharded import is_sharded, read_shards
 from searchenv.serving.server import DEFAULT_ALLOWED_HOSTS, ServerLimits, _host_allowed
 from searchenv.utils.httpclient import check_token
+from searchenv.utils.text import writable
 
 log = logging.getLogger(__name__)
+#: A surrogate escape in JSON text (paired or not) or a surrogate itself: the lines worth a closer look.
+_SURROGATE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}|[\ud800-\udfff]")
 T = TypeVar("T")
 
 INSTRUCTIONS = (
@@ -147,6 +155,9 @@ def _strict_arguments(tools: Mapping[str, frozenset[str]]) -> Callable[..., Any]
 
     async def middleware(ctx: Any, call_next: Callable[[Any], Any]) -> Any:
         params = ctx.params
+        if ctx.method == "tools/call" and isinstance(params, Mapping) and not isinstance(params.get("name"), str):
+            given = params.get("name")
+            return _tool_error(repr(given)[:100], f"the tool name must be a string, got {type(given).__name__}")
         if ctx.method == "tools/call" and isinstance(params, Mapping) and params.get("name") in tools:
             name = str(params["name"])
             arguments = params.get("arguments")
@@ -244,6 +255,84 @@ def create_server(
 
         server.add_tool(open_document, name="open", annotations=read_only)
     return server
+
+
+class _AnsweringStdin:
+    """The stdin lines the SDK reads, less those it cannot read, each of which gets a JSON-RPC error here.
+
+    The SDK's stdio transport hands a line that fails its validation (``params`` that is not an object,
+    a lone surrogate, not JSON) to the session as an exception, which logs it and answers nothing: the
+    client waits forever for that request. Such a line is answered here, through the transport's own
+    writer, with the request's id (``null`` when there is none to read): ``-32700`` for text that is
+    not JSON, ``-32600`` otherwise, the message naming the problem.
+    """
+
+    def __init__(self, lines: Any) -> None:
+        self._lines = lines
+        self._writer: Any = None
+        self._ready = anyio.Event()
+
+    def attach(self, writer: Any) -> None:
+        """Answer through ``writer`` (the transport's write stream); reading waits until this is called."""
+        self._writer = writer
+        self._ready.set()
+
+    def __aiter__(self) -> Any:
+        return self._read()
+
+    async def _read(self) -> Any:
+        await self._ready.wait()
+        async for line in self._lines:
+            problem = _unreadable(line)
+            if problem is None:
+                yield line
+                continue
+            code, message, request_id = problem
+            error = types.JSONRPCError(jsonrpc="2.0", id=request_id,
+                                       error=types.ErrorData(code=code, message=message))
+            await self._writer.send(SessionMessage(error))
+
+
+def _unreadable(line: str) -> tuple[int, str, str | int | None] | None:
+    """``(code, message, id)`` for a line the SDK cannot read as a JSON-RPC message, else None."""
+    if not line.strip():
+        return None
+    try:
+        types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+        return None
+    except Exception as exc:  # noqa: BLE001 - whatever the SDK refuses, the client is told
+        reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+    try:
+        value = json.loads(line)
+    except (ValueError, RecursionError):
+        return types.PARSE_ERROR, "Parse error: the line is not JSON", None
+    request_id = value.get("id") if isinstance(value, dict) else None
+    if isinstance(request_id, bool) or not isinstance(request_id, (str, int)):
+        request_id = None
+    elif isinstance(request_id, str):
+        request_id = writable(request_id)
+    if isinstance(value, dict) and "method" in value and "id" not in value:
+        return None  # a notification gets no answer, whatever its fault
+    if isinstance(value, dict) and "params" in value and not isinstance(value["params"], dict):
+        return types.INVALID_REQUEST, f"params must be an object, got {type(value['params']).__name__}", request_id
+    if _SURROGATE.search(line):
+        return types.INVALID_REQUEST, "the request holds a lone surrogate (not Unicode text)", request_id
+    return types.INVALID_REQUEST, f"Invalid request: {reason}", request_id
+
+
+def run_stdio(server: MCPServer) -> None:
+    """Serve ``server`` over stdin and stdout, answering every request, readable or not (:class:`_AnsweringStdin`)."""
+    from mcp.server.stdio import stdio_server
+
+    async def main() -> None:
+        raw = anyio.wrap_file(io.TextIOWrapper(os.fdopen(os.dup(0), "rb"), encoding="utf-8", errors="replace"))
+        stdin = _AnsweringStdin(raw)
+        async with stdio_server(stdin=cast(Any, stdin)) as (read_stream, write_stream):
+            stdin.attach(write_stream)
+            low = server._lowlevel_server  # what MCPServer.run("stdio") runs, with our stdin
+            await low.run(read_stream, write_stream, low.create_initialization_options())
+
+    anyio.run(main)
 
 
 class _Guard:

@@ -353,3 +353,45 @@ def test_http_answers_a_tool_name_that_is_not_text_with_a_tool_error(http_server
         assert got.status_code == 200, got.text
         result = got.json()["result"]
         assert result["isError"] is True and "the tool name must be a string" in result["content"][0]["text"]
+
+
+@pytest.mark.slow
+def test_the_docs_launch_and_sdk_snippet_run_as_written(tmp_path: Path) -> None:
+    """docs/servers.md: build the index, serve it over HTTP with the token, run the SDK snippet (only the port changed)."""
+    import re
+    import shlex
+
+    from tests.doc_blocks import ROOT
+
+    text = (ROOT / "docs" / "servers.md").read_text()
+    launch = re.search(r"### Launch\n\n```bash\n(.*?)```", text, re.S)
+    snippet = re.search(r"With the MCP Python SDK.*?```python\n(.*?)```", text, re.S)
+    assert launch is not None and snippet is not None
+    build, stdio, http = [re.sub(r"\s+#.*$", "", line) for line in launch.group(1).strip().splitlines()]
+    assert stdio == "searchenv mcp --index idx-bm25"
+    bin_dir = Path(sys.executable).parent
+    done = subprocess.run([str(bin_dir / "searchenv"), *shlex.split(build)[1:]], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    port = free_port()
+    token, command = http.split(" ", 1)
+    env = {**os.environ, token.split("=")[0]: token.split("=")[1], "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    server = subprocess.Popen([str(bin_dir / "searchenv"), *shlex.split(command)[1:], "--port", str(port)],
+                              cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/mcp", timeout=1.0, trust_env=False)
+                break
+            except httpx.TransportError:
+                assert server.poll() is None and time.monotonic() < deadline, "the documented server did not start"
+                time.sleep(0.2)
+        code = snippet.group(1).replace("127.0.0.1:8000", f"127.0.0.1:{port}")
+        ran = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                             timeout=120)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert ran.stdout.splitlines() == ["['search', 'open']", "country0", "Eriennor"], ran.stdout

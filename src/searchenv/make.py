@@ -31,7 +31,7 @@ def resolve_task(
 
     corpus_path: Path | None = None
     if corpus is not None:
-        corpus_path = _corpus_path(corpus)
+        corpus_path = corpus_file(corpus)
     if isinstance(task, str | os.PathLike) and Path(task).is_file():
         examples = read_qa_jsonl(task)
     elif isinstance(task, os.PathLike) or (isinstance(task, str) and looks_like_file(task)):
@@ -78,7 +78,13 @@ def check_evidence(retriever: Retriever, examples: Sequence[QAExample], task: st
         warnings.warn(message, DataWarning, stacklevel=3)
 
 
-def _corpus_path(corpus: str | os.PathLike[str]) -> Path:
+def corpus_file(corpus: str | os.PathLike[str]) -> Path:
+    """The corpus file ``corpus`` names: a file, or a task name (built into the cache if need be) for its corpus.
+
+    Raises:
+        FileNotFoundError: If ``corpus`` is neither a file nor, without a suffix, a task name.
+        ValueError: If it looks like a task name but no task has it.
+    """
     path = Path(corpus)
     if path.is_file():
         return path
@@ -104,7 +110,7 @@ def resolve_retriever(retriever: str | os.PathLike[str] | Retriever,
         TypeError: If ``retriever`` is a class, or an object without ``search_batch``.
         FileNotFoundError: If ``corpus`` does not exist.
     """
-    return shared_retriever(retriever, _corpus_path(corpus) if corpus is not None else None)
+    return shared_retriever(retriever, corpus_file(corpus) if corpus is not None else None)
 
 
 _SHARED: dict[tuple[object, ...], Retriever] = {}

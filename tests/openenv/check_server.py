@@ -403,3 +403,13 @@ def test_an_mcp_request_naming_a_session_by_anything_but_text_is_refused(server:
     response = httpx.post(f"{server}/mcp", content=body, headers={"content-type": "application/json"}, timeout=10)
     assert response.status_code == 400 and "params.session_id" in response.json()["error"], response.text
     assert httpx.get(f"{server}/health", timeout=10).status_code == 200
+
+
+def test_reset_finds_a_question_id_in_any_split_without_being_told_the_split() -> None:
+    service = SearchQAService("synthetic-2hop", retriever="bm25", split="train")
+    session = SearchQAEnvironment(service)
+    first = session.reset(example_id="test-00005")
+    assert first.example_id == "test-00005" and session.state.split == "test"
+    with pytest.raises(ValueError, match="no example with id .nowhere-1."):
+        session.reset(example_id="nowhere-1")
+    session.close()

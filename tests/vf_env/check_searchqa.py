@@ -57,7 +57,7 @@ def _in_process_return(index: int, nodes: list[dict[str, Any]]) -> tuple[float, 
 
 def _vf_eval(url: str, out: Path, n: int, model: str, *extra: str) -> list[dict[str, Any]]:
     proc = subprocess.run([str(BIN / "vf-eval"), "searchqa", "-n", str(n), "-m", model, "--client.base-url", url,
-                           "--client.api-key-var", "OPENAI_API_KEY", "-o", str(out), *extra],
+                           "--client.api-key-var", "OPENAI_API_KEY", "--no-push", "-o", str(out), *extra],
                           env={**os.environ, "OPENAI_API_KEY": "local"}, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     [traces] = out.glob("*/traces.jsonl")

@@ -22,7 +22,8 @@ def parse_options(pairs: list[str], flag: str = "--option") -> dict[str, Any]:
 
 def index(
     corpus: Annotated[
-        Path, typer.Option(help="FlashRAG JSONL corpus ({id, contents} or {id, title, text}).")
+        str, typer.Option(help="FlashRAG JSONL corpus ({id, contents} or {id, title, text}), or a task name "
+                               "(synthetic-2hop, ...) for its corpus.")
     ],
     out: Annotated[Path, typer.Option(help="Folder to write the index into.")],
     retriever: Annotated[str, typer.Option(help="Index kind: bm25 or dense.")] = "bm25",
@@ -45,15 +46,19 @@ def index(
     from searchenv.corpus import CorpusFormatError
     from searchenv.retrievers import RetrieverError, build_index
 
-    if not corpus.is_file():
-        raise typer.BadParameter(f"{corpus} does not exist", param_hint="--corpus")
+    from searchenv.make import corpus_file
+
     try:
-        r = build_index(retriever, corpus, out, shards=shards, **parse_options(option or []))
+        path = corpus_file(corpus)
+    except (FileNotFoundError, ValueError, KeyError) as exc:
+        raise typer.BadParameter(str(exc).strip("'\""), param_hint="--corpus") from None
+    try:
+        r = build_index(retriever, path, out, shards=shards, **parse_options(option or []))
     except (CorpusFormatError, ValueError, RetrieverError, OSError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     n = len(r) if isinstance(r, Sized) else "?"
-    typer.echo(f"indexed {n} documents from {corpus} with {retriever} into {out}")
+    typer.echo(f"indexed {n} documents from {path} with {retriever} into {out}")
 
 
 def verify_index(

@@ -153,6 +153,11 @@ class SearchQAService:
         if split not in self.splits:
             raise ValueError(f"task {self.task!r} has no split {split!r}; it has {sorted(self.splits)}")
         self.default_split = split
+        #: The split of each question id (the first that holds it).
+        self.split_of: dict[str, str] = {}
+        for name, exs in self.splits.items():
+            for example in exs:
+                self.split_of.setdefault(example.id, name)
         opened = shared_retriever(retriever, corpus_path)
         for examples in self.splits.values():
             check_evidence(opened, examples, task, retriever)
@@ -237,6 +242,8 @@ class SearchQAEnvironment(Environment):
               index: int | None = None, example_id: str | None = None, **kwargs: Any) -> SearchQAResetObservation:
         """Start an episode: a question chosen by ``seed`` (as in-process), or by ``index`` / ``example_id``.
 
+        Without ``split``, an ``example_id`` is looked up in every served split; otherwise the default split is used.
+
         Raises:
             ValueError: On an unknown argument or split, a bad seed or index, an unknown question id.
         """
@@ -245,6 +252,8 @@ class SearchQAEnvironment(Environment):
                              "split, index, example_id")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
             raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+        if split is None and isinstance(example_id, str):  # the split that holds the question, if one does
+            split = self.service.split_of.get(example_id)
         split = self.service.default_split if split is None else split
         if not isinstance(split, str) or split not in self.service.splits:
             raise ValueError(f"no split {split!r}; the splits are {sorted(self.service.splits)}")

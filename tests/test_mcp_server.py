@@ -357,7 +357,7 @@ def test_http_answers_a_tool_name_that_is_not_text_with_a_tool_error(http_server
 
 @pytest.mark.slow
 def test_the_docs_launch_and_sdk_snippet_run_as_written(tmp_path: Path) -> None:
-    """docs/servers.md: build the index, serve it over HTTP with the token, run the SDK snippet (only the port changed)."""
+    """docs/servers.md: build the index, serve it over HTTP with the token, run the SDK snippet (port changed)."""
     import re
     import shlex
 

@@ -44,9 +44,8 @@ def index(
     keeps answering from it.
     """
     from searchenv.corpus import CorpusFormatError
-    from searchenv.retrievers import RetrieverError, build_index
-
     from searchenv.make import corpus_file
+    from searchenv.retrievers import RetrieverError, build_index
 
     try:
         path = corpus_file(corpus)

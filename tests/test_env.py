@@ -344,3 +344,14 @@ def test_what_a_client_may_see_holds_nothing_derived_from_the_answer_until_the_e
     assert early["reward_terms"] == infos[0]["reward_terms"] and early["doc_ids"] == infos[0]["doc_ids"]
     final = client_info(infos[1], done=True)
     assert final == dict(infos[1]) and final["gold_answers"] == ["Karsk"] and final["em"] == 1.0
+
+
+def test_reset_takes_an_integer_index_and_refuses_a_bool(make_env: Any) -> None:
+    import numpy as np
+
+    env = make_env()
+    for bad in (True, False, 1.0, "1", -1, len(EXAMPLES)):
+        with pytest.raises(ValueError, match=r"options\['index'\] must be an int"):
+            env.reset(options={"index": bad})
+    env.reset(options={"index": np.int64(2)})
+    assert env.example.id == EXAMPLES[2].id

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -416,3 +417,27 @@ def test_a_model_that_copies_what_the_tools_return_scores_nothing(bm25: BM25Retr
                 env.answer(copied)
             env.get_reward()
             assert env.final_metrics["em"] == 0.0, (protocol, preset, copied)
+
+
+@pytest.mark.parametrize("protocol", ["search-r1", "browse", "arena"])
+def test_tool_arguments_of_the_wrong_type_are_refused_before_any_turn(bm25: BM25Retriever, protocol: str) -> None:
+    """An answer that is an object, a list or null is not text that happens to contain the gold answer."""
+    from agents.integrations.trl import SearchQAToolEnv
+
+    gold = EXAMPLES[1]  # Karsk; the gold "None" case: a question whose answer is the word None
+    none_q = dataclasses.replace(EXAMPLES[2], id="qn", answers=("None",))
+    make_env = SearchQAToolEnv.factory([gold, none_q], retriever=bm25, max_turns=3, protocol=protocol)
+    cases: list[tuple[str, Any]] = [(gold.id, {"a": "Karsk"}), (gold.id, ["Karsk"]), (none_q.id, None)]
+    for example_id, bad in cases:
+        env: Any = make_env()
+        env.reset(example_id=example_id)
+        reply = env.answer(bad, [1], "x") if protocol == "arena" else env.answer(bad)
+        assert reply.startswith("The answer was not recorded.") and "`answer` must be a string" in reply, reply
+        assert env.search(["Karsk"]).startswith("The call was not made: `query` must be a string")
+        if protocol == "browse":
+            assert "`number` must be an integer" in env.open("1")
+        if protocol == "arena":
+            assert "`documents` must be a list" in env.answer("Karsk", "1", "x")
+        env.get_reward()
+        assert env.final_metrics["em"] == 0.0 and env.final_metrics["answered"] == 0.0
+        assert env.final_metrics["invalid_turns"] == 0.0  # refused at the tool: no turn was taken

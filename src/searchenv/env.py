@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any, SupportsFloat
 
 import gymnasium as gym
+import numpy as np
 
 from searchenv.info import SUMMARY_KEY, StepInfo
 from searchenv.make import check_evidence, resolve_retriever, resolve_task, shared_retriever
@@ -338,9 +339,9 @@ class SearchQAEnv(gym.Env[str, str]):
             return self.examples[self._by_id[options["example_id"]]]
         if "index" in options:
             i = options["index"]
-            if not isinstance(i, int) or not 0 <= i < len(self.examples):
+            if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not 0 <= i < len(self.examples):
                 raise ValueError(f"options['index'] must be an int in [0, {len(self.examples)}), got {i!r}")
-            return self.examples[i]
+            return self.examples[int(i)]
         return self.examples[int(self.np_random.integers(len(self.examples)))]
 
     def prepare_step(self, action: str) -> StepRequest:

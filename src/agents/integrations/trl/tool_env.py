@@ -11,6 +11,24 @@ from searchenv.env import SearchQAEnv, episode_metrics
 from searchenv.protocols import tool_turn_text
 from searchenv.tasks import QAExample
 
+#: The type each tool argument must have: TRL hands the tools whatever JSON the model wrote.
+_ARGUMENT_TYPES: dict[str, tuple[type, str]] = {"query": (str, "a string"), "answer": (str, "a string"),
+                                                "analysis": (str, "a string"), "number": (int, "an integer"),
+                                                "page": (int, "an integer"), "documents": (list, "a list")}
+
+
+def _argument_problem(arguments: Mapping[str, Any]) -> str | None:
+    """Why a call's arguments cannot be written as the tag turn (a value of the wrong type), else None."""
+    for name, value in arguments.items():
+        if name not in _ARGUMENT_TYPES:
+            continue
+        wanted, what = _ARGUMENT_TYPES[name]
+        if isinstance(value, bool) or not isinstance(value, wanted):
+            return f"`{name}` must be {what}, got {type(value).__name__}"
+        if isinstance(value, list) and any(isinstance(d, bool) or not isinstance(d, int) for d in value):
+            return "`documents` must be a list of document numbers (integers)"
+    return None
+
 
 class SearchQAToolEnv:
     r"""SearchQA-v0 as tools for ``GRPOTrainer(environment_factory=...)`` (tool-calling chat models).
@@ -25,7 +43,9 @@ class SearchQAToolEnv:
     the protocol's parser checks its arguments. A call the protocol refuses (an empty or too long
     answer, a tag inside it, a bad document number) is an invalid turn, counted as any other, and
     the tool returns the environment's reason; ``answer`` says "Answer recorded." only when the
-    answer was::
+    answer was. Arguments of the wrong type (an answer that is an object, a list or null, a
+    document number that is text) are refused at the tool, before any turn, under every protocol
+    but ``tools``/``tools-browse`` (whose parser refuses them as ``bad_arguments`` turns)::
 
         make_env = SearchQAToolEnv.factory("synthetic-2hop", retriever="bm25", reward="default")
         trainer = GRPOTrainer(model, train_dataset=Dataset.from_list(make_env.dataset()),
@@ -84,6 +104,13 @@ class SearchQAToolEnv:
         self._return, self._done, self._final, self._info = 0.0, False, None, None
         return None
 
+    def _refused(self, arguments: Mapping[str, Any]) -> str | None:
+        """Why a call is refused before it reaches a tag protocol's environment (mistyped arguments), else None."""
+        if self._env.protocol.native_tools:
+            return None
+        problem = _argument_problem(arguments)
+        return None if problem is None else f"The call was not made: {problem}."
+
     def _turn(self, name: str, arguments: dict[str, Any], tags: str) -> dict[str, Any]:
         """Step the environment with one call: as that call under a native-tools protocol, else as the tag turn."""
         if self._env.protocol.native_tools:
@@ -117,6 +144,9 @@ class SearchQAToolEnv:
         """
         if self._done:
             return "The episode is over; no more searches."
+        refused = self._refused({"query": query})
+        if refused is not None:
+            return refused
         return self._result(self._turn("search", {"query": query}, f"<search> {query} </search>"))
 
     def answer(self, answer: str) -> str:
@@ -130,6 +160,9 @@ class SearchQAToolEnv:
         """
         if self._done:
             return "The episode is over; the answer was not recorded."
+        refused = self._refused({"answer": answer})
+        if refused is not None:
+            return f"The answer was not recorded. {refused}"
         info = self._turn("answer", {"answer": answer}, f"<answer> {answer} </answer>")
         return self._result(info, recorded="Answer recorded.")
 
@@ -171,6 +204,9 @@ class SearchQABrowseToolEnv(SearchQAToolEnv):
         if self._done:
             return "The episode is over; nothing more can be opened."
         arguments = {"number": number, **({"page": page} if page != 1 else {})}
+        refused = self._refused(arguments)
+        if refused is not None:
+            return refused
         return self._result(self._turn("open", arguments, f"<open> {number} page {page} </open>"))
 
 
@@ -190,6 +226,9 @@ class SearchQAArenaToolEnv(SearchQAToolEnv):
         """
         if self._done:
             return "The episode is over; the answer was not recorded."
+        refused = self._refused({"answer": answer, "documents": documents, "analysis": analysis})
+        if refused is not None:
+            return f"The answer was not recorded. {refused}"
         cited = ", ".join(str(d) for d in documents) if isinstance(documents, list | tuple) else str(documents)
         tags = f"<relevance> {cited} </relevance>\n<analysis> {analysis} </analysis>\n<answer> {answer} </answer>"
         info = self._turn("answer", {"answer": answer, "documents": documents, "analysis": analysis}, tags)

@@ -84,7 +84,7 @@ $(VERIFIERS_STAMP): pyproject.toml Makefile $(call lockfile,verifiers)
 	touch $(VERIFIERS_STAMP)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks tools
+	$(VENV)/bin/ruff check src tests benchmarks tools env-packages
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy

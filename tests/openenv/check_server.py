@@ -413,3 +413,88 @@ def test_reset_finds_a_question_id_in_any_split_without_being_told_the_split() -
     with pytest.raises(ValueError, match="no example with id .nowhere-1."):
         session.reset(example_id="nowhere-1")
     session.close()
+
+
+# ---- the OpenEnv package folder: manifest, module-level app, build context ---------------------------
+
+PACKAGE = Path(__file__).resolve().parents[2] / "env-packages" / "openenv" / "searchqa_env"
+
+
+def test_the_committed_manifest_is_what_serve_openenv_writes_for_the_apps_defaults(tmp_path: Path) -> None:
+    from searchenv.integrations.openenv import ENVIRONMENT_VARIABLES
+
+    defaults = {setting: default for setting, default in ENVIRONMENT_VARIABLES.values()}
+    out = tmp_path / "openenv.yaml"
+    done = subprocess.run([str(BIN / "searchenv"), "serve-openenv", "--task", defaults["task"], "--index",
+                           defaults["index"], "--split", defaults["split"], "--protocol", defaults["protocol"],
+                           "--reward", defaults["reward"], "--idle-timeout", defaults["idle_timeout"],
+                           "--manifest", str(out)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert (PACKAGE / "openenv.yaml").read_text() == out.read_text(), "write it again: see the package's README"
+    assert json.loads(out.read_text())["app"] == "server.app:app"  # where OpenEnv's tools import the app
+    assert OpenEnvYamlParser().parse(PACKAGE).name == "searchqa"  # OpenEnv's own manifest parser reads it
+
+
+def test_openenv_validate_passes_the_package_folder() -> None:
+    done = subprocess.run([str(BIN / "openenv"), "validate", str(PACKAGE), "--skip-build", "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    statuses = {r["check_id"]: r["status"] for r in report["results"]}
+    # every check that runs without an image passes; the runtime ones need the built image (--url covers them)
+    assert statuses["static.manifest"] == "pass" and "fail" not in statuses.values(), statuses
+    assert report["verdict"] in ("pass", "warn"), report["verdict"]
+
+
+def test_openenv_build_finds_a_standalone_context_with_the_dockerfile_and_what_it_copies(tmp_path: Path) -> None:
+    """``openenv build``'s own context detection and preparation; the image itself where Docker runs."""
+    import re
+    import shutil
+
+    from openenv.cli.commands.build import _detect_build_context, _prepare_standalone_build
+
+    mode, context, _ = _detect_build_context(PACKAGE)
+    assert mode == "standalone" and context == PACKAGE
+    build_dir = _prepare_standalone_build(PACKAGE, tmp_path)
+    dockerfile = (build_dir / "server" / "Dockerfile").read_text()
+    for source in re.findall(r"^COPY (\S+) ", dockerfile, re.M):
+        assert (build_dir / source).exists(), source
+    assert re.search(r'^CMD \["python", "-m", "server.app"', dockerfile, re.M)
+    assert (build_dir / "server" / "app.py").exists() and (build_dir / "pyproject.toml").exists()
+    docker = shutil.which("docker")
+    if docker and subprocess.run([docker, "info"], capture_output=True, timeout=30).returncode == 0:
+        built = subprocess.run([str(BIN / "openenv"), "build", str(PACKAGE), "--tag", "searchqa-test"],
+                               capture_output=True, text=True, timeout=1800)
+        assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+
+
+def test_the_module_level_app_serves_uvicorn_and_openenvs_generic_client(world: dict[str, Path]) -> None:
+    """What OpenEnv's UVProvider and Dockerfile run: ``uvicorn server.app:app`` in the package folder."""
+    from openenv.core.generic_client import GenericEnvClient
+
+    port = _free_port()
+    env = {**__import__("os").environ, "SEARCHQA_TASK": str(world["qa"]), "SEARCHQA_INDEX": str(world["index"]),
+           "SEARCHQA_SPLIT": "test", "SEARCHQA_MAX_SESSIONS": "4"}
+    proc = subprocess.Popen([str(BIN / "uvicorn"), "server.app:app", "--port", str(port), "--log-level", "warning"],
+                            cwd=PACKAGE, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
+                time.sleep(0.2)
+        with GenericEnvClient(base_url=url).sync() as client:
+            first = client.reset(seed=1)
+            assert first.observation["example_id"] == _in_process(world, 1)["id"]
+            step = client.step({"type": "call_tool", "tool_name": "search", "arguments": {"query": "Tobin Quenn"}})
+            assert step.observation["metadata"]["turn"] == 1 and "gold_answers" not in step.observation["metadata"]
+        assert validate_running_environment(url)["passed"]
+    finally:
+        _stop(proc)
+    bad = subprocess.run([sys.executable, "-c", "import server.app"], cwd=PACKAGE, capture_output=True, text=True,
+                         env={**env, "SEARCHQA_TOP_K": "three"}, timeout=120)
+    assert bad.returncode != 0 and "SEARCHQA_TOP_K must be a number, got 'three'" in bad.stderr

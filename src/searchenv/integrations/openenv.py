@@ -578,3 +578,65 @@ def uvicorn_config(app: Any, host: str = "127.0.0.1", port: int = 8000, *, max_m
     config.ws_max_queue = 4
     config.lifespan = "on"
     return config
+
+
+#: What :func:`app_from_environ` reads: each variable, the setting it gives and its default (``serve-openenv``'s).
+ENVIRONMENT_VARIABLES: dict[str, tuple[str, str]] = {
+    "SEARCHQA_TASK": ("task", "synthetic-2hop"),
+    "SEARCHQA_SPLIT": ("split", "train"),
+    "SEARCHQA_INDEX": ("index", "bm25"),
+    "SEARCHQA_CORPUS": ("corpus", ""),
+    "SEARCHQA_PROTOCOL": ("protocol", "tools"),
+    "SEARCHQA_REWARD": ("reward", "default"),
+    "SEARCHQA_TOP_K": ("top_k", "3"),
+    "SEARCHQA_MAX_TURNS": ("max_turns", "4"),
+    "SEARCHQA_MAX_DOC_CHARS": ("max_doc_chars", "1500"),
+    "SEARCHQA_MAX_SESSIONS": ("max_sessions", "64"),
+    "SEARCHQA_IDLE_TIMEOUT": ("idle_timeout", "300"),
+    "SEARCHQA_ALLOWED_HOSTS": ("allowed_hosts", ""),
+    "SEARCHENV_TOKEN": ("token", ""),
+}
+
+
+def settings_from_environ(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The served settings from environment variables (:data:`ENVIRONMENT_VARIABLES`), checked.
+
+    Raises:
+        ValueError: Naming the variable and its value, for a number that is not one or out of range.
+    """
+    env = os.environ if environ is None else environ
+    got: dict[str, Any] = {key: env.get(name, default) for name, (key, default) in ENVIRONMENT_VARIABLES.items()}
+    kind = {"top_k": int, "max_turns": int, "max_doc_chars": int, "max_sessions": int, "idle_timeout": float}
+    for name, (setting, _) in ENVIRONMENT_VARIABLES.items():
+        if setting not in kind:
+            continue
+        try:
+            value = kind[setting](got[setting])
+        except ValueError:
+            raise ValueError(f"{name} must be a number, got {got[setting]!r}") from None
+        if not value > 0 or value != value:
+            raise ValueError(f"{name} must be positive, got {got[setting]!r}")
+        got[setting] = value
+    got["corpus"] = got["corpus"] or None
+    got["token"] = got["token"] or None
+    got["allowed_hosts"] = [h.strip() for h in got["allowed_hosts"].split(",") if h.strip()]
+    return got
+
+
+def app_from_environ(environ: Mapping[str, str] | None = None) -> Any:
+    """The ``serve-openenv`` app configured by environment variables, for tools that import an app.
+
+    OpenEnv's packaging (``openenv.yaml``'s ``app:``, its Dockerfile's ``uvicorn server.app:app``,
+    ``UVProvider``) imports a module-level ASGI app; :mod:`searchenv.integrations.openenv_server`
+    builds it with this. The variables and defaults are :data:`ENVIRONMENT_VARIABLES`: the defaults
+    are ``searchenv serve-openenv --task synthetic-2hop --index bm25``'s.
+
+    Raises:
+        ValueError: On a bad variable (named), task, split, protocol or reward.
+    """
+    s = settings_from_environ(environ)
+    service = SearchQAService(s["task"], retriever=s["index"], corpus=s["corpus"], split=s["split"],
+                              protocol=s["protocol"], reward=s["reward"], top_k=s["top_k"],
+                              max_turns=s["max_turns"], max_doc_chars=s["max_doc_chars"])
+    return create_app(service, max_sessions=s["max_sessions"], idle_timeout=s["idle_timeout"], token=s["token"],
+                      allowed_hosts=[*DEFAULT_ALLOWED_HOSTS, *s["allowed_hosts"]])

@@ -83,6 +83,7 @@ def manifest(
     task_counts: Mapping[str, int] | None = None,
     port: int = 8000,
     episode_timeout_s: float = 300.0,
+    app: str = "server.app:app",
 ) -> str:
     """``openenv.yaml`` for the served environment, as text (JSON, which YAML reads as it is).
 
@@ -94,6 +95,7 @@ def manifest(
         task_counts: Questions per split (``declared_task_count``).
         port: The port it is served on.
         episode_timeout_s: The declared episode timeout (the server's idle timeout).
+        app: The ASGI app's import path (OpenEnv's package layout: ``server/app.py``).
 
     Returns:
         The manifest's text.
@@ -105,6 +107,7 @@ def manifest(
         "version": version,
         "type": "space",
         "runtime": "fastapi",
+        "app": app,
         "port": port,
         "validation": {
             "reward": {"range": [low, high], "oracle_tolerance": 0.0, "floor_margin": round((high - low) / 2, 6)},

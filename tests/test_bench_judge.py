@@ -14,11 +14,13 @@ most ``1/(k+1)**2``, measured here over many seeds. Every correct answer must be
 
 from __future__ import annotations
 
+import http.server
 import json
 import math
 import re
 import shutil
 import string
+import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -331,3 +333,49 @@ def test_judge_accuracy_on_the_card_and_verdicts_kept_for_a_rerun(tmp_path: Path
     asked = len(model.prompts)
     again = run_bench("search-r1", judge_data(tmp_path), tmp_path / "j", Answering(ANSWERS), **kwargs)
     assert len(model.prompts) == asked and again["sets"]["nq"]["judge_acc"] == 0.6  # verdicts reused
+
+
+class Dripping(http.server.BaseHTTPRequestHandler):
+    """A judge server that answers 200 and then sends its body one byte every 0.2 s (never finishing in time)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server naming)
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", "100000")
+        self.end_headers()
+        try:
+            for _ in range(600):
+                self.wfile.write(b" ")
+                self.wfile.flush()
+                time.sleep(0.2)
+        except OSError:  # the client gave up
+            pass
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_judge_server_that_drips_fails_its_judgements_within_the_request_timeout(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from searchenv.cli import get_app
+
+    from .conftest import serve_http
+
+    out = tmp_path / "run"
+    with serve_http(Dripping) as url:
+        start = time.monotonic()
+        res = CliRunner().invoke(get_app(), [
+            "bench", "search-r1", "--data", str(judge_data(tmp_path)), "--set", "nq", "--agent", "heuristic",
+            "--index-root", str(tmp_path / "idx"), "--judge-url", url, "--judge-model", "m",
+            "--request-timeout", "1", "--out", str(out)])
+        took = time.monotonic() - start
+    assert res.exit_code == 3, res.output  # judgements failed: the judge-failure exit, with a card
+    assert took < 15, f"bench took {took:.1f} s with a 1 s request timeout"
+    row = json.loads((out / "card.json").read_text())["sets"]["nq"]
+    assert row["judge_failures"] >= 1
+    assert all("no answer within 1 s" in f["error"] for f in row["judge_failed"]), row["judge_failed"]
+    assert "judgements failed" in " ".join(res.output.split())

@@ -93,3 +93,23 @@ def test_eval_first_steps_get_clear_errors(tmp_path: Path, corpus_file: Path) ->
     # --split does not apply to a QA file: refused instead of ignored.
     res = run(get_app(), ["eval", "-a", "oracle", "--task", str(qa), "--corpus", str(corpus_file), "--split", "test"])
     assert res.exit_code == 2 and "--split" in res.output
+
+
+@pytest.mark.parametrize("link", ["transcripts", "checkpoints", "results.json", "results.md",
+                                  "transcripts/heuristic__bm25.jsonl", "checkpoints/heuristic__bm25.jsonl"])
+def test_eval_writes_nothing_through_a_link_under_out(tmp_path: Path, corpus_file: Path, link: str) -> None:
+    out, outside = tmp_path / "run", tmp_path / "outside"
+    outside.mkdir()
+    target = outside if "." not in link else outside / "victim.txt"
+    if target != outside:
+        target.write_text("keep me\n")
+    (out / link).parent.mkdir(parents=True, exist_ok=True)
+    (out / link).symlink_to(target, target_is_directory=target.is_dir())
+    args = ["eval", "--agent", "heuristic", "--task", str(_qa_file(tmp_path)), "--corpus", str(corpus_file),
+            "--retriever", "bm25", "--n", "2", "--out", str(out)]
+    result = CliRunner().invoke(get_app(), args)
+    assert result.exit_code == 2, result.output
+    assert f"{out / link} is a symbolic link" in " ".join(result.output.split()), result.output
+    assert sorted(p.name for p in outside.iterdir()) == ([] if target == outside else ["victim.txt"])
+    assert target == outside or target.read_text() == "keep me\n"
+    assert not (out / "results.json").is_file() or (out / "results.json").is_symlink()

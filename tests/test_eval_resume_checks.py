@@ -102,6 +102,55 @@ def test_resume_refuses_a_saved_em_the_saved_answer_does_not_earn(run: dict[str,
     assert run["log"].read_bytes() == before
 
 
+def _answer(ep: dict[str, Any], answer: str) -> None:
+    """Give the saved episode another answer, with the scores that answer earns against its gold."""
+    from searchenv.metrics import exact_match, f1_score, gold_in_prediction
+
+    ep["answer"] = answer
+    ep["metrics"].update(em=exact_match(answer, ep["gold"]), f1=f1_score(answer, ep["gold"]),
+                         contains=gold_in_prediction(answer, ep["gold"]))
+
+
+def _last_turn(ep: dict[str, Any], text: str) -> None:
+    """Put ``text`` in the saved episode's last assistant turn."""
+    [*_, last] = (m for m in ep["messages"] if m["role"] == "assistant")
+    last["content"] = text
+
+
+@pytest.mark.parametrize(
+    ("change", "saved", "said"),
+    [
+        # the answer edited (its scores made to match it): the saved turn says the model answered Brno
+        (lambda ep: _answer(ep, "Prague"), "Prague", "Brno"),
+        # the turn edited: the model "said" a wrong answer, the saved answer and em 1.0 are kept
+        (lambda ep: _last_turn(ep, "<answer> Herman Melville </answer>"), "Brno", "Herman Melville"),
+        # a turn that answers nothing
+        (lambda ep: _last_turn(ep, "I am not sure."), "Brno", None),
+    ],
+    ids=["answer-edited", "turn-edited", "turn-without-answer"],
+)
+def test_resume_refuses_a_saved_answer_its_saved_turn_does_not_give(
+    run: dict[str, Path], change: Any, saved: str, said: str | None
+) -> None:
+    _edit(run["log"], 3, change)
+    before = run["log"].read_bytes()
+    with pytest.raises(ValueError, match=rf"oracle__bm25.jsonl, line 3, field 'answer': saved '{saved}', but the "
+                                         rf"last assistant turn of the saved messages gives {re.escape(repr(said))}"):
+        _again(run)
+    assert run["log"].read_bytes() == before
+
+
+def test_resume_reads_the_answer_of_a_tool_call_turn_as_the_environment_does(run: dict[str, Path]) -> None:
+    ck = run["ck"] / "tools"
+    first = _again(run, protocol="tools", checkpoint_dir=ck)
+    assert first.row["em"] == 1.0 and first.episodes[1].messages[-1].get("tool_calls")
+    assert _again(run, protocol="tools", checkpoint_dir=ck).config["resumed"] == 4  # untouched: all taken
+    _edit(ck / "oracle__bm25.jsonl", 3, lambda ep: _answer(ep, "Prague"))
+    with pytest.raises(ValueError, match=r"line 3, field 'answer': saved 'Prague', but the last assistant turn of "
+                                         r"the saved messages gives 'Brno' \(read by the tools protocol\)"):
+        _again(run, protocol="tools", checkpoint_dir=ck)
+
+
 @pytest.mark.parametrize(
     ("field", "change"),
     [

@@ -300,6 +300,77 @@ def test_a_failed_request_keeps_the_generations_of_the_others(scripted: Scripted
     assert info.value.errors[0] is None and "bad gateway" in str(info.value.errors[1])
 
 
+def _reasoning_reply(reasoning: str | None, field: str = "reasoning_content", content: str | None = None,
+                     finish: str = "stop") -> bytes:
+    """A reasoning model's reply as vLLM / SGLang send it: its text parsed out into a reasoning field."""
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if reasoning is not None:
+        message[field] = reasoning
+    return json.dumps({"choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                       "usage": {"prompt_tokens": 20, "completion_tokens": 9}}).encode()
+
+
+def test_a_reply_with_its_text_in_the_reasoning_field_is_read_from_there(scripted: Scripted) -> None:
+    url, handler = scripted
+    handler.script = [(200, _reasoning_reply("<think> Karsk. </think> <answer> Karsk")),
+                      (200, _reasoning_reply("<answer> Essaly </answer>", field="reasoning", content="")),
+                      (200, _reasoning_reply("thinking", content="<answer> Montabri </answer>"))]
+    policy = OpenAIChatPolicy(url, model="m", max_concurrency=1)
+    gens = policy.generate_chat([[{"role": "user", "content": f"q{i}"}] for i in range(3)], stop=STOPS)
+    assert [g.text for g in gens] == ["<think> Karsk. </think> <answer> Karsk</answer>", "<answer> Essaly </answer>",
+                                      "<answer> Montabri </answer>"]  # content, when it has text, comes first
+
+
+@pytest.mark.parametrize("reply", [_reasoning_reply(None), _reasoning_reply(None, content=""),
+                                   _reasoning_reply("  ", content=" \n", finish="length")],
+                         ids=["null-content", "empty-content", "blank-content-and-reasoning"])
+def test_a_reply_without_text_or_tool_calls_fails_its_request_as_an_empty_reply(scripted: Scripted,
+                                                                                 reply: bytes) -> None:
+    from agents.policies.openai_compat import ModelRequestsError
+
+    url, handler = scripted
+    handler.script = [(200, reply)]
+    with pytest.raises(ModelRequestsError, match=r"model server sent an empty reply: no text in 'message.content' "
+                                                 r"or 'reasoning_content' or 'reasoning' and no 'tool_calls'"):
+        OpenAIChatPolicy(url, model="m", retries=0).generate_chat([[{"role": "user", "content": "q"}]])
+    assert len(handler.seen) == 1  # the server answered: not asked again
+
+
+def _eval_served(url: str, tmp_path: Any, qa_file: Any, corpus_file: Any) -> Any:
+    from typer.testing import CliRunner
+
+    from searchenv.cli import get_app
+
+    args = ["eval", "--agent", "llm", "--task", str(qa_file), "--corpus", str(corpus_file), "--retriever", "bm25",
+            "--n", "2", "--batch-size", "1", "--model-url", url, "--served-model", "m", "--api", "chat",
+            "--concurrency", "1", "--out", str(tmp_path / "run")]
+    return CliRunner().invoke(get_app(), args)
+
+
+def test_eval_scores_a_reasoning_model_whose_server_sends_null_content(scripted: Scripted, tmp_path: Any,
+                                                                       qa_file: Any, corpus_file: Any) -> None:
+    url, handler = scripted
+    handler.script = [(200, _reasoning_reply("<think> The director was born in Essaly. </think> <answer> Essaly")),
+                      (200, _reasoning_reply("<answer> Karsk </answer>"))]
+    res = _eval_served(url, tmp_path, qa_file, corpus_file)
+    assert res.exit_code == 0, res.output
+    [row] = json.loads((tmp_path / "run" / "results.json").read_text())["rows"]
+    assert row["em"] == 1.0 and row["invalid_turns"] == 0 and row["invalid_share"] == {}
+
+
+def test_eval_fails_the_episodes_of_empty_replies_and_exits_3(scripted: Scripted, tmp_path: Any, qa_file: Any,
+                                                               corpus_file: Any) -> None:
+    url, handler = scripted
+    handler.script = [(200, _reasoning_reply(None)), (200, _reasoning_reply("<answer> Karsk </answer>"))]
+    res = _eval_served(url, tmp_path, qa_file, corpus_file)
+    assert res.exit_code == 3, res.output
+    said = " ".join(res.output.split())
+    assert "1 of 2 episodes failed" in said and "q0: model server sent an empty reply" in said, said
+    [row] = json.loads((tmp_path / "run" / "results.json").read_text())["rows"]
+    assert row["n"] == 1 and row["failed"] == 1 and row["em"] == 1.0
+    assert "empty reply" in row["failures"][0]["error"]
+
+
 # ---------------------------------------------------------------- native tool calls (protocol="tools")
 
 

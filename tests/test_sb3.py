@@ -406,6 +406,30 @@ def test_controller_config_validates() -> None:
     assert ControllerConfig.from_json(json.loads(json.dumps(cfg.to_json()))) == cfg
 
 
+@pytest.mark.parametrize("name", ["eval.json", "ppo.zip", "embedder.npz", "config.json"])
+def test_cli_train_sb3_ppo_writes_nothing_through_a_link_under_out(tmp_path: Path, corpus_file: Path,
+                                                                   name: str) -> None:
+    from typer.testing import CliRunner
+
+    from searchenv.cli import get_app
+    from searchenv.tasks import write_qa_jsonl
+
+    qa = tmp_path / "qa.jsonl"
+    write_qa_jsonl(qa, EXAMPLES)
+    out, victim = tmp_path / "run", tmp_path / "victim.txt"
+    victim.write_text("keep me\n")
+    out.mkdir()
+    (out / name).symlink_to(victim)
+    res = CliRunner().invoke(get_app(), [
+        "train", "sb3-ppo", "--task", str(qa), "--corpus", str(corpus_file), "--encoder", "hashing",
+        "--embed-dim", "2", "--timesteps", "64", "--n-envs", "1", "--n-steps", "64", "--batch-size", "64",
+        "--out", str(out),
+    ])
+    assert res.exit_code == 2, res.output
+    assert f"{out / name} is a symbolic link" in " ".join(res.output.split())
+    assert victim.read_text() == "keep me\n" and sorted(p.name for p in out.iterdir()) == [name]
+
+
 def test_cli_train_sb3_ppo_on_files(tmp_path: Path, corpus_file: Path) -> None:
     from typer.testing import CliRunner
 

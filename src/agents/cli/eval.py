@@ -180,7 +180,8 @@ def eval_command(
     """Run agents over the first N questions of a task split and print a comparison table.
 
     Exit status: 0 done; 2 bad settings or a failed set-up (a retriever that failed on every search
-    included); 3 some episodes failed (the model server); 4 the retriever failed in some episodes.
+    included, a symbolic link where a file or folder under --out goes); 3 some episodes failed (the
+    model server); 4 the retriever failed in some episodes.
     """
     from rich.console import Console
 
@@ -216,6 +217,8 @@ def eval_command(
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--device") from None
     check_model_flags(model, model_url, served_model, api)
+    if out is not None:  # before anything runs: nothing is written through a link under --out
+        _refuse_links(out, [], err)
     policy: Any = None
     if any(a in _MODEL_AGENTS for a in agent):
         policy = build_policy(model, model_url, served_model, api, concurrency, request_timeout, device, err)
@@ -243,6 +246,8 @@ def eval_command(
         err.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
 
     retrievers = custom_retrievers(retriever, retriever_option, task, split or "dev", corpus)
+    if out is not None:
+        _refuse_links(out, [(a, r[0] if isinstance(r, tuple) else str(r)) for r in retrievers for a in agent], err)
     llm = _MODEL_AGENTS | {"searcher"}
     checkpoints = out / "checkpoints" if out is not None else None
     run_key: dict[str, Any] = {}
@@ -294,7 +299,11 @@ def eval_command(
                    f"{results[0].row['n'] + results[0].row['failed']} questions")
     )
     if out is not None:
-        paths = write_results(results, out)
+        try:
+            paths = write_results(results, out)
+        except ValueError as exc:  # a link put under --out while the run ran
+            err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
+            raise typer.Exit(code=2) from None
         err.print(f"wrote {paths['json']} and {len(results)} transcript file(s) under {out / 'transcripts'}")
         if checkpoints is not None:
             for r in results:  # complete runs need their saved episodes no more
@@ -326,6 +335,21 @@ def eval_command(
                   markup=False, highlight=False, soft_wrap=True)
         if not score_infra_errors:
             raise typer.Exit(code=4)
+
+
+def _refuse_links(out: Path, runs: list[tuple[str, str]], err: Any) -> None:
+    """Exit with code 2, naming it, if a file or folder ``eval`` writes under ``--out`` is a symbolic link.
+
+    Raises:
+        typer.Exit: With code 2 for a link (:func:`agents.evaluation.evaluate.out_links`).
+    """
+    from agents.evaluation.evaluate import out_links
+
+    try:
+        out_links(out, runs)
+    except ValueError as exc:
+        err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(code=2) from None
 
 
 def register(app: typer.Typer) -> None:

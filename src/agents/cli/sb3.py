@@ -49,6 +49,16 @@ def sb3_ppo(
     except ModuleNotFoundError as exc:  # stable-baselines3 / torch missing
         typer.echo(f"error: {exc}; install the rl extra: pip install 'searchenv[rl]'", err=True)
         raise typer.Exit(2) from None
+    if out is not None:  # before training: nothing is written through a link under --out
+        from agents.sb3.controller import SAVED_FILES
+        from searchenv.utils.files import refuse_link
+
+        try:
+            for name in (*SAVED_FILES, "eval.json"):
+                refuse_link(out / name)
+        except ValueError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
     try:
         config = ControllerConfig(
             task=task,
@@ -78,8 +88,10 @@ def sb3_ppo(
     report = compare_with_fixed(controller, limit=eval_limit)
     _print_table(report)
     if out is not None:
+        from searchenv.corpus import atomic_write_lines
+
         controller.save(out)
-        (out / "eval.json").write_text(json.dumps(report, indent=2) + "\n")
+        atomic_write_lines(out / "eval.json", json.dumps(report, indent=2).splitlines())
         typer.echo(f"saved controller and eval.json to {out}", err=True)
 
 

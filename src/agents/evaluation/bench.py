@@ -63,9 +63,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agents.evaluation.bench_checks import check_decoys, judge_pool, judge_set, refuse_link
+from agents.evaluation.bench_checks import check_decoys, judge_pool, judge_set
 from agents.evaluation.summary import mean_or_none as _mean
 from searchenv.corpus import atomic_write_lines
+from searchenv.utils.files import refuse_link
 
 CARD_VERSION = 1
 

@@ -8,8 +8,9 @@ files are data a user (or anything else) can edit, so nothing in them is taken a
 - a saved verdict must have its fields, agree with its method, and agree with what can be
   recomputed (an ``exact`` verdict is an answer equal to a gold answer, ...): :func:`judge_set`,
   which names the file, line and field of one that does not;
-- a file or folder of the run that is a symbolic link is refused (:func:`refuse_link`), so nothing
-  outside the output folder is read or written through one;
+- a file or folder of the run that is a symbolic link is refused
+  (:func:`searchenv.utils.files.refuse_link`, as every command that writes under ``--out`` does), so
+  nothing outside the output folder is read or written through one;
 - a set too small to give each question the judge's decoys is refused before anything runs
   (:func:`check_decoys`).
 """
@@ -23,18 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from searchenv.corpus import atomic_write_lines
+from searchenv.utils.files import refuse_link
 
 
 def judge_pool(examples: Sequence[Any]) -> list[str]:
     """The answers decoys are drawn from: the first gold answer of each question, once each."""
     return list(dict.fromkeys(e.answers[0] for e in examples))
-
-
-def refuse_link(path: Path) -> None:
-    """Refuse a symbolic link where a file or folder of the run belongs (it would lead out of ``out``)."""
-    if path.is_symlink():
-        raise ValueError(f"{path} is a symbolic link; a run reads and writes only its own files under its output "
-                         "folder and follows no links: remove the link or use another --out")
 
 
 def check_decoys(judge: Any, name: str, examples: Sequence[Any], pool: Sequence[str]) -> None:

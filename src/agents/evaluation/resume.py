@@ -8,10 +8,12 @@ the index (:func:`index_fingerprint`), and for a served model the name it serves
 (:func:`served_model_settings`).
 
 A saved episode is not trusted as written (:func:`check_saved`): what the saved data decides is
-computed again (EM, F1 and gold-in-prediction from the saved answer and the current gold; evidence
-recall from the saved retrieved ids; the counts from the saved steps), the return, which the
-reward preset decides, is checked against the saved per-step rewards and each step's reward
-against its reward terms; a saved number that disagrees is refused with its file, line and field.
+computed again (the answer from the last assistant turn of the saved messages, read by the run's
+protocol as the environment reads it (:func:`answer_of_turns`); EM, F1 and gold-in-prediction from
+that answer and the current gold; evidence recall from the saved retrieved ids; the counts from
+the saved steps), the return, which the reward preset decides, is checked against the saved
+per-step rewards and each step's reward against its reward terms; a saved value that disagrees is
+refused with its file, line and field.
 These checks catch an edited number, not a whole episode forged consistently: the file is not
 signed.
 """
@@ -29,6 +31,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from agents.baselines import EpisodeResult
 from searchenv.metrics import exact_match, f1_score, gold_in_prediction
+from searchenv.protocols import ActionProtocol, Answer, tool_turn_text
 from searchenv.retrievers.base import Retriever
 from searchenv.tasks import QAExample
 
@@ -175,13 +178,48 @@ def _number(value: Any, where: str, field: str) -> float:
     return float(value)
 
 
-def recompute(episode: EpisodeResult, example: QAExample, where: str) -> dict[str, Any]:
+def answer_of_turns(messages: Sequence[Any], protocol: ActionProtocol, where: str) -> str | None:
+    """The answer the saved messages hold: their last assistant turn, read by ``protocol`` as the environment reads it.
+
+    Under a tag protocol the turn is the message's content; under a tool-call protocol it is the
+    content with the message's ``tool_calls`` laid out as the served model's calls reach the
+    environment (:func:`searchenv.protocols.tool_turn_text`).
+
+    Args:
+        messages: The episode's saved chat messages.
+        protocol: The run's protocol.
+        where: ``file, line N`` for messages.
+
+    Returns:
+        The answer's text, or None when that turn is not an answer.
+
+    Raises:
+        ValueError: Naming the file, line and field, if there is no assistant turn or it is not text.
+    """
+    last = next((i for i in range(len(messages) - 1, -1, -1)
+                 if isinstance(messages[i], Mapping) and messages[i].get("role") == "assistant"), None)
+    if last is None:
+        raise ValueError(f"{where}, field 'messages': a finished episode has at least one assistant turn")
+    content, calls = messages[last].get("content"), messages[last].get("tool_calls")
+    if not isinstance(content, str):
+        raise ValueError(f"{where}, field 'messages[{last}].content': expected a string, got {content!r:.60}")
+    if calls is not None and not isinstance(calls, list):
+        raise ValueError(f"{where}, field 'messages[{last}].tool_calls': expected a list, got {calls!r:.60}")
+    turn = tool_turn_text(content, calls, ids=True) if protocol.native_tools and calls else content
+    action = protocol.parse(turn)
+    return action.text if isinstance(action, Answer) else None
+
+
+def recompute(episode: EpisodeResult, example: QAExample, where: str,
+              protocol: ActionProtocol | None = None) -> dict[str, Any]:
     """The metrics of a saved episode computed again from its answer, its steps and the current gold.
 
     Args:
         episode: The saved (finished) episode.
         example: The question at its position, as the run now reads it.
         where: ``file, line N`` for messages.
+        protocol: The run's protocol: the saved answer must be the one its last assistant turn
+            gives (:func:`answer_of_turns`); None where the episode has no protocol (a pipeline).
 
     Returns:
         ``metrics`` with every recomputable value replaced by its recomputation.
@@ -244,11 +282,17 @@ def recompute(episode: EpisodeResult, example: QAExample, where: str) -> dict[st
             said = how.format(a=repr(answer), g=golds)
             raise ValueError(f"{where}, field 'metrics.{key}': saved {m[key]!r}, but {said} {value!r}")
         out[key] = value
+    if protocol is not None:  # the scores agree with the saved answer: is it the one the model gave?
+        given = answer_of_turns(episode.messages, protocol, where)
+        if given != answer:
+            raise ValueError(f"{where}, field 'answer': saved {answer!r}, but the last assistant turn of the saved "
+                             f"messages gives {given!r} (read by the {protocol.name or type(protocol).__name__} "
+                             "protocol)")
     return out
 
 
 def check_saved(saved: Mapping[int, EpisodeResult], examples: Sequence[QAExample], path: str | os.PathLike[str],
-                lines: Mapping[int, int]) -> dict[int, EpisodeResult]:
+                lines: Mapping[int, int], protocol: ActionProtocol | None = None) -> dict[int, EpisodeResult]:
     """The saved episodes of a run with their scores computed again (see the module docstring).
 
     Args:
@@ -256,6 +300,8 @@ def check_saved(saved: Mapping[int, EpisodeResult], examples: Sequence[QAExample
         examples: The run's questions, by position.
         path: The episode log (for messages).
         lines: The line of each position in the file (for messages).
+        protocol: The run's protocol, which reads each saved answer again from the saved turns
+            (None: no protocol, as for a pipeline; the saved answer is then taken as written).
 
     Returns:
         The episodes, each with its metrics recomputed against the current gold.
@@ -272,7 +318,7 @@ def check_saved(saved: Mapping[int, EpisodeResult], examples: Sequence[QAExample
                              f"{len(examples)})")
         if episode.error is not None:
             raise ValueError(f"{where}, field 'error': a failed episode is never saved, got {episode.error!r}")
-        metrics = recompute(episode, examples[position], where)
+        metrics = recompute(episode, examples[position], where, protocol)
         out[position] = EpisodeResult(episode.example_id, episode.question, list(examples[position].answers),
                                       episode.answer, episode.messages, episode.steps, metrics)
     return out

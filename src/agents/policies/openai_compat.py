@@ -41,6 +41,11 @@ What a served model gives differs from an in-process one (:class:`~agents.polici
   string inside is cut just after it; a reply that stopped without one gets back the stop
   string the server names (vLLM's ``stop_reason``) or, failing that, the closing tag whose
   opening tag the reply left open; otherwise it ended at end-of-sequence (``"eos"``).
+- A chat reply whose ``content`` is null or empty is read from its reasoning field
+  (:data:`REASONING_FIELDS`), where vLLM and SGLang put all the text of a reasoning model when its
+  turn ended (at a stop string) inside the reasoning; a reply with no text there either and no
+  tool calls is an empty reply: its request fails (its episode fails, naming why), rather than
+  the episode going on with a silent turn.
 - ``Generation.token_ids`` are the text re-encoded with the local tokenizer, plus its
   end-of-sequence token after an ``"eos"`` finish (empty for a chat policy without a tokenizer),
   not the sampled ids, and ``logprobs`` is None; ``n_tokens`` is the
@@ -65,6 +70,9 @@ from searchenv.protocols import tool_turn_text
 
 #: Environment variable read for the API key when none is given.
 API_KEY_ENV = "OPENAI_API_KEY"
+#: Fields of a chat reply's message that hold a reasoning model's text when its server parses it out of
+#: ``content`` (vLLM and SGLang: ``reasoning_content``; some servers: ``reasoning``).
+REASONING_FIELDS = ("reasoning_content", "reasoning")
 PROMPT_FORMATS = ("auto", "ids", "text")
 
 
@@ -532,17 +540,30 @@ def _completion_text(choice: dict[str, Any]) -> str:
 
 
 def _chat_text(choice: dict[str, Any]) -> str:
+    """The text of a chat choice: its content, its tool calls as text, or else its reasoning (see the module docstring).
+
+    Raises:
+        ModelServerError: For a choice without a message or string content, or an empty reply
+            (no text in the content or a reasoning field, and no tool calls).
+    """
     message = choice.get("message")
     calls = message.get("tool_calls") if isinstance(message, dict) else None
     if calls and isinstance(calls, list):  # native tool calls: said as the tools protocol's text (finish "eos")
         content = message.get("content")  # type: ignore[union-attr]
         return tool_turn_text(content if isinstance(content, str) else "", calls, ids=True)
     content = message.get("content") if isinstance(message, dict) else None
-    if content is None and isinstance(message, dict) and message.get("role") == "assistant":
-        return ""  # an empty reply (some servers send null content)
-    if not isinstance(content, str):
+    if isinstance(content, str) and content.strip():
+        return content
+    if not isinstance(message, dict) or not (isinstance(content, str) or content is None and
+                                             message.get("role") == "assistant"):
         raise ModelServerError("model server answered a chat choice without string 'message.content'")
-    return content
+    for field in REASONING_FIELDS:  # a reasoning model whose server parsed all its text out as reasoning
+        reasoning = message.get(field)
+        if isinstance(reasoning, str) and reasoning.strip():
+            return reasoning
+    raise ModelServerError(
+        f"model server sent an empty reply: no text in 'message.content' or {' or '.join(map(repr, REASONING_FIELDS))}"
+        f" and no 'tool_calls' (finish_reason {str(choice.get('finish_reason'))[:40]!r})")
 
 
 def _load_tokenizer(tokenizer: Any) -> Any:

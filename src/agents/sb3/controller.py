@@ -34,6 +34,9 @@ from gymnasium import spaces
 from agents.sb3.features import Encoder, QuestionEmbedder
 from agents.sb3.wrapper import MacroAction, MacroActionEnv, make_macro_env, observation_box
 
+#: The files :meth:`Controller.save` writes into its folder.
+SAVED_FILES = ("ppo.zip", "embedder.npz", "config.json")
+
 #: Fixed reference policies: the macro-actions they take in order (the last one answers).
 FIXED_POLICIES: dict[str, tuple[MacroAction, ...]] = {
     "answer-now": (MacroAction.ANSWER_CLOSED_BOOK,),
@@ -223,8 +226,16 @@ class Controller:
         return int(np.asarray(action).reshape(()))
 
     def save(self, folder: str | os.PathLike[str]) -> Path:
-        """Save ``ppo.zip`` (SB3 format), ``embedder.npz`` and ``config.json`` into ``folder``."""
+        """Save ``ppo.zip`` (SB3 format), ``embedder.npz`` and ``config.json`` (:data:`SAVED_FILES`) into ``folder``.
+
+        Raises:
+            ValueError: Naming it, if one of those files is a symbolic link (nothing is written through one).
+        """
+        from searchenv.utils.files import refuse_link
+
         out = Path(folder)
+        for name in SAVED_FILES:
+            refuse_link(out / name)
         out.mkdir(parents=True, exist_ok=True)
         self.model.save(out / "ppo.zip")
         self.embedder.save(out / "embedder.npz")

@@ -5,6 +5,9 @@ Every output of this package is written to a temporary file or folder and rename
 is right for a temporary file but not for what it becomes: an index, a corpus or a run's config
 that a teammate or a service account must read. :func:`publishable` gives a temporary path the
 mode ``open`` or ``mkdir`` would have given it (0666 or 0777 less the umask) before the rename.
+
+A command's output folder is its own: :func:`refuse_link` refuses a symbolic link where one of its
+files or folders goes, so nothing is read or written outside it through one.
 """
 
 from __future__ import annotations
@@ -41,3 +44,18 @@ def publishable(path: str | os.PathLike[str]) -> None:
     """
     base = 0o777 if Path(path).is_dir() else 0o666
     os.chmod(path, base & ~umask())
+
+
+def refuse_link(path: str | os.PathLike[str], option: str = "--out") -> None:
+    """Refuse a symbolic link where a file or folder of a command's output goes (it would lead out of it).
+
+    Args:
+        path: Where the file or folder goes.
+        option: The option that named the output folder, for the message.
+
+    Raises:
+        ValueError: Naming the link, if ``path`` is one (a dangling one included).
+    """
+    if Path(path).is_symlink():
+        raise ValueError(f"{path} is a symbolic link; a run reads and writes only its own files under its output "
+                         f"folder and follows no links: remove the link or use another {option}")

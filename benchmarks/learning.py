@@ -341,8 +341,9 @@ def adapters_phase(args: argparse.Namespace, runs: list[str]) -> dict[str, Any]:
     Writes the searcher folder ``args.out / f"searcher_{runs[-1]}"`` (what ``--export-searcher`` copies)
     and evaluates :func:`agents.baselines.searcher.load_searcher` of it on the same dev questions.
     """
-    from agents.baselines.searcher import export_searcher, load_searcher, read_manifest
+    from agents.baselines.searcher import load_searcher, read_manifest
     from agents.devices import resolve_device
+    from agents.trainers.export import export_searcher
 
     folder = args.out / f"searcher_{runs[-1]}"
     ranks = args.adapter_ranks[: len(runs)]
@@ -571,8 +572,9 @@ def export(args: argparse.Namespace, argv: list[str]) -> None:
     phases ``sft_adapters`` / ``grpo_adapters`` evaluated ships, byte for byte: the GRPO one (SFT
     and GRPO adapters) when it scored at least as well on the dev questions, else the SFT one.
     """
-    from agents.baselines.searcher import PACKAGED, copy_searcher, export_searcher
+    from agents.baselines.searcher import PACKAGED, copy_searcher
     from agents.devices import describe, resolve_device
+    from agents.trainers.export import export_searcher
 
     target = args.export_dir or PACKAGED
     scores = {

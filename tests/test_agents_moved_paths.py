@@ -123,12 +123,18 @@ def test_a_module_that_became_a_package_keeps_its_names(name: str) -> None:
     assert missing == []
 
 
-def test_renamed_classes_keep_their_old_name() -> None:
-    from agents.baselines import EpisodeRecord, EpisodeResult
-    from agents.rollout import EpisodeRecord as RolloutRecord
+def test_renamed_classes_keep_their_old_name_with_a_warning() -> None:
+    import agents.baselines
+    import agents.rollout
+    from agents.baselines import EpisodeResult
     from agents.rollout import TokenEpisode
 
+    with pytest.warns(DeprecationWarning, match="agents.baselines.EpisodeRecord is now agents.baselines.episode"):
+        from agents.baselines import EpisodeRecord
+    with pytest.warns(DeprecationWarning, match="agents.rollout.EpisodeRecord is now agents.rollout.records"):
+        from agents.rollout import EpisodeRecord as RolloutRecord
     assert EpisodeRecord is EpisodeResult and RolloutRecord is TokenEpisode and EpisodeResult is not TokenEpisode
+    assert "EpisodeRecord" not in agents.baselines.__all__ and "EpisodeRecord" not in agents.rollout.__all__
 
 
 def test_the_entry_point_target_is_there() -> None:

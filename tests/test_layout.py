@@ -122,3 +122,93 @@ def test_no_source_file_over_800_lines(package: str) -> None:
 def test_agents_has_folders_not_flat_modules() -> None:
     top = sorted(p.name for p in (SRC / "agents").glob("*.py"))
     assert top == ["__init__.py", "devices.py"]
+
+
+# ---- layers: imports point down only ---------------------------------------------------------------
+
+#: Each package's layers, top first (docs/architecture.md): a module may import its own layer and those below.
+#: Within the parts layer the folders use each other (without a cycle, which the cycle test holds).
+LAYERS: dict[str, list[set[str]]] = {
+    "searchenv": [
+        {"cli", "serving", "integrations", "multi_agent"},
+        {"env", "vector", "make", "envpool"},
+        # serving.client is a retriever (a retrieval server's client), whatever folder the dialects share
+        {"protocols", "rewards", "retrievers", "tasks", "refiners", "serving.client"},
+        # protocols.actions holds the action types and invalid-turn codes only: data the metrics count
+        {"spaces", "metrics", "corpus", "encoders", "utils", "info", "protocols.actions"},
+    ],
+    "agents": [
+        {"cli", "integrations"},
+        {"trainers", "evaluation", "sb3"},
+        {"rollout", "baselines", "policies", "data"},
+        {"devices"},
+    ],
+}
+
+
+def _layer(package: str, module: str) -> int:
+    """The layer index of ``module`` (0 is the top); the package's own ``__init__`` is the top."""
+    rest = module.removeprefix(package).lstrip(".")
+    if not rest:
+        return 0
+    for depth in (2, 1):  # the most specific name first (protocols.actions before protocols)
+        key = ".".join(rest.split(".")[:depth])
+        for i, layer in enumerate(LAYERS[package]):
+            if key in layer:
+                return i
+    raise AssertionError(f"{module} is in no layer of {package}: add it to LAYERS and docs/architecture.md")
+
+
+def _with_packages(imported: set[str], known: dict[str, Path]) -> set[str]:
+    """``imported`` plus every package whose ``__init__`` importing them runs (``a.b.c`` runs ``a`` and ``a.b``)."""
+    out = set(imported)
+    for name in imported:
+        parts = name.split(".")
+        out.update(".".join(parts[:i]) for i in range(2, len(parts)) if ".".join(parts[:i]) in known)
+    return out
+
+
+@pytest.mark.parametrize("package", ["searchenv", "agents"])
+def test_imports_point_down_the_layers(package: str) -> None:
+    mods = _modules(package)
+    upward = []
+    for name, path in mods.items():
+        if name == package:
+            continue
+        mine = _layer(package, name)
+        for target in _imports(name, path, mods):
+            if target.startswith(package + ".") and _layer(package, target) < mine:
+                upward.append(f"{name} -> {target}")
+    assert upward == []
+
+
+@pytest.mark.parametrize("package", ["searchenv", "agents"])
+def test_no_import_cycles_through_package_inits(package: str) -> None:
+    """Importing ``a.b.c`` runs ``a.b``'s ``__init__``: a cycle through it is a cycle."""
+    mods = _modules(package)
+    graph = {m: _with_packages(_imports(m, p, mods), mods) - {m} for m, p in mods.items()}
+    seen: dict[str, int] = {}
+    cycles: list[str] = []
+
+    def visit(v: str, path: list[str]) -> None:
+        seen[v] = 1
+        for w in sorted(graph[v]):
+            if w == package or v.startswith(w + "."):
+                continue  # a module's own parent packages are imported before it, not by it
+            if seen.get(w) == 1:
+                cycles.append(" -> ".join([*path[path.index(w):], w]))
+            elif w not in seen:
+                visit(w, [*path, w])
+        seen[v] = 2
+
+    for v in sorted(graph):
+        if v not in seen:
+            visit(v, [v])
+    assert cycles == []
+
+
+def test_nothing_in_searchenv_imports_agents() -> None:
+    mods = {**_modules("searchenv"), **_modules("agents")}
+    found = [f"{n} -> {t}" for n, p in _modules("searchenv").items() for t in _imports(n, p, mods)
+             if t == "agents" or t.startswith("agents.")]
+    assert found == []

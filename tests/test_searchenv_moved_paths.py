@@ -124,11 +124,18 @@ def test_every_registered_move_is_checked_and_lands_on_a_module() -> None:
             importlib.import_module(new)
 
 
-def test_protocol_is_the_old_name_of_action_protocol() -> None:
-    from searchenv.protocols import ActionProtocol, Protocol, SearchR1Protocol
+def test_protocol_is_the_old_name_of_action_protocol_with_a_warning() -> None:
+    import searchenv.protocols as protocols
+    from searchenv.protocols import ActionProtocol, SearchR1Protocol
 
+    with pytest.warns(DeprecationWarning, match="searchenv.protocols.Protocol is now"):
+        from searchenv.protocols import Protocol
     assert Protocol is ActionProtocol and issubclass(SearchR1Protocol, ActionProtocol)
-    assert searchenv.Protocol is ActionProtocol
+    with pytest.warns(DeprecationWarning, match="searchenv.Protocol is now"):
+        assert searchenv.Protocol is ActionProtocol
+    assert "Protocol" not in protocols.__all__ and "Protocol" not in searchenv.__all__
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        protocols.Nope  # noqa: B018
 
 
 def test_renamed_helpers_keep_their_old_homes() -> None:
@@ -136,6 +143,6 @@ def test_renamed_helpers_keep_their_old_homes() -> None:
 
     assert env.episode_metrics is metrics.episode_metrics
     assert env.resolve_retriever is make.resolve_retriever
-    from searchenv.protocols import invalid_share
-
+    with pytest.warns(DeprecationWarning, match="searchenv.protocols.invalid_share is now searchenv.metrics"):
+        from searchenv.protocols import invalid_share
     assert invalid_share is metrics.invalid_share

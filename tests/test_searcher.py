@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 import torch
 
-from agents.baselines.searcher import SearcherNotFoundError, export_searcher, load_searcher, read_manifest
+from agents.baselines.searcher import SearcherNotFoundError, load_searcher, read_manifest
+from agents.trainers.export import export_searcher
 from agents.trainers.models import load_weights
 from agents.trainers.sft import SFTConfig, train_sft
 from tests.tiny_model import tiny_policy

@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 
 from searchenv.corpus import Document, read_corpus, write_corpus
-from searchenv.protocols import ActionProtocol, Answer, Invalid, Open, Protocol, Search, get_protocol
+from searchenv.protocols import ActionProtocol, Answer, Invalid, Open, Search, get_protocol
 from searchenv.retrievers.base import Hit, Retriever, RetrieverError
 from searchenv.spaces import UnicodeText
 from searchenv.tasks.example import QAExample, SubQuestion
 from searchenv.tasks.registry import load_task
-from searchenv.utils.moved import register_moves
+from searchenv.utils.moved import register_moves, renamed_names
 
 if TYPE_CHECKING:
     from searchenv.env import SearchQAEnv
@@ -52,7 +52,6 @@ __all__ = [
     "Hit",
     "Invalid",
     "Open",
-    "Protocol",
     "QAExample",
     "Retriever",
     "RetrieverError",
@@ -67,12 +66,15 @@ __all__ = [
 ]
 
 
+_renamed = renamed_names(__name__, {"Protocol": ("searchenv.protocols.base", "ActionProtocol")})
+
+
 def __getattr__(name: str) -> Any:
     if name == "SearchQAEnv":
         from searchenv.env import SearchQAEnv
 
         return SearchQAEnv
-    raise AttributeError(f"module 'searchenv' has no attribute {name!r}")
+    return _renamed(name)
 
 
 if ENV_ID not in gym.registry:

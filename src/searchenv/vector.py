@@ -28,9 +28,9 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 
-from searchenv.env import SearchQAEnv, StepRequest, search_or_error
+from searchenv.env import SearchQAEnv, StepRequest
 from searchenv.info import StepInfo
-from searchenv.retrievers.base import Hit, Retriever
+from searchenv.retrievers.base import Hit, Retriever, search_or_error
 
 _K = TypeVar("_K")
 
@@ -249,7 +249,7 @@ def search_round(
     """The batched search round every multi-episode caller uses: one ``search_batch`` per (retriever, k).
 
     Members (live episodes) are grouped by retriever object and ``k`` in the order they first
-    appear; each group's queries, member after member, go to ONE :func:`~searchenv.env.search_or_error`
+    appear; each group's queries, member after member, go to ONE :func:`~searchenv.retrievers.base.search_or_error`
     call, and the hits are sliced back to their members. A failed call (any exception, a
     malformed answer) becomes every member's result of that group, so each of their steps
     turns into an infrastructure error in ``finish_step``; other groups are unaffected.

@@ -45,7 +45,6 @@ helpers), ``registry`` (:func:`make_agent`), ``scripted``, ``rule_reader`` and `
 from agents.baselines.driver import run_agent
 from agents.baselines.episode import (
     Agent,
-    EpisodeRecord,
     EpisodeResult,
     EpisodeState,
     StepRecord,
@@ -61,6 +60,7 @@ from agents.baselines.llm import (
     close_answer,
 )
 from agents.baselines.registry import AGENT_NAMES, LLM_AGENTS, make_agent
+from searchenv.utils.moved import renamed_names
 
 __all__ = [
     "AGENT_NAMES",
@@ -69,7 +69,6 @@ __all__ = [
     "LLM_AGENTS",
     "RAG_PROMPT",
     "Agent",
-    "EpisodeRecord",
     "EpisodeResult",
     "EpisodeState",
     "LLMAgent",
@@ -81,3 +80,5 @@ __all__ = [
     "run_agent",
     "with_system_prompt",
 ]
+
+__getattr__ = renamed_names(__name__, {"EpisodeRecord": ("agents.baselines.episode", "EpisodeResult")})

@@ -217,11 +217,6 @@ class EpisodeResult:
 
 
 
-#: The name this class had before it was told apart from the rollout engine's token record
-#: (:class:`agents.rollout.TokenEpisode`); kept for one release.
-EpisodeRecord = EpisodeResult
-
-
 def with_system_prompt(protocol: ActionProtocol, text: str) -> ActionProtocol:
     """A copy of ``protocol`` (same parsing and rendering) whose system prompt is ``text``.
 

@@ -25,7 +25,7 @@ Row columns (means over questions):
 
 The row also has ``invalid_share`` (parse telemetry, in ``results.json``): the share of all turns
 of the run that were invalid, by code (``{"bad_json": 0.12, "no_action": 0.03}``; empty when
-every turn parsed), :func:`searchenv.protocols.invalid_share`.
+every turn parsed), :func:`searchenv.metrics.invalid_share`.
 
 Episodes whose model request failed after its retries are not scored: ``n`` counts the finished
 ones, ``failed`` the others (listed in ``failures`` with the reason). Episodes in which the retriever
@@ -59,9 +59,11 @@ from agents.evaluation.summary import metric_means, share
 from agents.policies.base import Policy
 from searchenv.corpus import atomic_write_lines
 from searchenv.env import DEFAULT_MAX_DOC_CHARS, SearchQAEnv
-from searchenv.protocols import ActionProtocol, invalid_share
+from searchenv.metrics import invalid_share
+from searchenv.protocols import ActionProtocol, get_protocol
 from searchenv.retrievers.base import Retriever
 from searchenv.tasks import QAExample
+from searchenv.utils.files import refuse_link
 
 #: (key, column title, format) of the comparison table, in order.
 COLUMNS: tuple[tuple[str, str, str], ...] = (
@@ -309,7 +311,9 @@ def evaluate(
             top_k=top_k, max_turns=max_turns, reward=reward, batch_size=batch_size, seed=seed,
             max_new_tokens=max_new_tokens, env_kwargs=env_kwargs, extra=checkpoint_settings)
         episode_log = EpisodeLog(Path(checkpoint_dir) / f"{run_stem(name, ret_label)}.jsonl", settings)
-        saved = check_saved(episode_log.load(), examples, episode_log.path, episode_log.lines)
+        # the protocol the environment reads the turns with (as run_agent builds it); a pipeline has none
+        read_by = None if isinstance(agent, Pipeline) else agent.adapt_protocol(get_protocol(protocol))
+        saved = check_saved(episode_log.load(), examples, episode_log.path, episode_log.lines, read_by)
         if saved and log is not None:
             log(f"resuming {name} / {ret_label} from {len(saved)} saved episodes ({episode_log.path})")
     todo = [i for i in range(len(examples)) if i not in saved]
@@ -408,8 +412,7 @@ def _searches(record: EpisodeResult, *, ok: bool) -> int:
 def _retriever_down(ret: Retriever, label: str, top_k: int, failed: int, episodes: int,
                     items: Sequence[tuple[int, EpisodeResult]]) -> Exception:
     """The error that stops a run whose retriever failed on every search, with the retriever's own message."""
-    from searchenv.env import search_or_error
-    from searchenv.retrievers.base import RetrieverError
+    from searchenv.retrievers.base import RetrieverError, search_or_error
 
     query = next((q for _, r in items for s in r.steps if s.get("infra_error") for q in s.get("queries", ())), "")
     again = search_or_error(ret, [query or "test"], top_k)  # once more, for the retriever's own message
@@ -505,6 +508,25 @@ def run_stem(agent: str, retriever: str) -> str:
     return f"{_slug(agent)}__{_slug(retriever)}"
 
 
+def out_links(out: Path, runs: Sequence[tuple[str, str]], *, checkpoints: bool = True) -> None:
+    """Refuse a symbolic link where ``searchenv eval --out`` writes (:func:`searchenv.utils.files.refuse_link`).
+
+    Args:
+        out: The output folder.
+        runs: ``(agent, retriever)`` names of the runs (their transcript and checkpoint files).
+        checkpoints: Check ``checkpoints/`` and its files too (the saved episodes of a run).
+
+    Raises:
+        ValueError: Naming the first link found.
+    """
+    folders = ("checkpoints", "transcripts") if checkpoints else ("transcripts",)
+    for name in (*folders, "results.json", "results.md"):
+        refuse_link(out / name)
+    for agent, retriever in runs:
+        for folder in folders:
+            refuse_link(out / folder / f"{run_stem(agent, retriever)}.jsonl")
+
+
 def write_results(results: Sequence[EvalResult], out_dir: str | os.PathLike[str]) -> dict[str, Path]:
     """Write ``results.json`` (rows and settings), ``results.md`` and one transcript JSONL per row.
 
@@ -521,8 +543,13 @@ def write_results(results: Sequence[EvalResult], out_dir: str | os.PathLike[str]
 
     Returns:
         Paths written: ``"json"``, ``"md"`` and ``"transcripts/<agent>__<retriever>"`` keys.
+
+    Raises:
+        ValueError: Naming it, if a file or folder to write is a symbolic link (nothing is written
+            through one, :func:`out_links`).
     """
     out = Path(out_dir)
+    out_links(out, [(r.agent, r.retriever) for r in results], checkpoints=False)
     (out / "transcripts").mkdir(parents=True, exist_ok=True)
     paths: dict[str, Path] = {}
     rows = []

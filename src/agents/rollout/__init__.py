@@ -38,17 +38,16 @@ episodes share its batch (up to floating-point differences of batched arithmetic
 from agents.rollout.engine import Example, RolloutEngine, rollout
 from agents.rollout.records import (
     STOP_REASONS,
-    EpisodeRecord,
     ProbeStart,
     RolloutBatch,
     RolloutStats,
     TokenEpisode,
 )
 from agents.rollout.seeds import episode_seed
+from searchenv.utils.moved import renamed_names
 
 __all__ = [
     "STOP_REASONS",
-    "EpisodeRecord",
     "Example",
     "ProbeStart",
     "RolloutBatch",
@@ -58,3 +57,5 @@ __all__ = [
     "episode_seed",
     "rollout",
 ]
+
+__getattr__ = renamed_names(__name__, {"EpisodeRecord": ("agents.rollout.records", "TokenEpisode")})

@@ -218,8 +218,3 @@ class ProbeStart:
                              f"{len(self.source.turn_texts)} turns, got {self.turns!r}")
         if not isinstance(self.probe_text, str) or not self.probe_text:
             raise ValueError("probe_text must be a non-empty string")
-
-
-#: The name this class had before it was told apart from the reference agents' finished episode
-#: (:class:`agents.baselines.EpisodeResult`); kept for one release.
-EpisodeRecord = TokenEpisode

@@ -9,7 +9,7 @@ from typing import Any
 from agents.trainers.config import TrainConfig
 from agents.trainers.metrics import Timer, stats
 from agents.trainers.samples import Sample
-from searchenv.protocols import invalid_share
+from searchenv.metrics import invalid_share
 
 
 @dataclass
@@ -48,7 +48,7 @@ def episode_metrics(episodes: Sequence[Episode]) -> dict[str, Any]:
     training curves were computed).
 
     ``invalid_share`` is parse telemetry: the share of the step's turns that were invalid, by code
-    (:func:`searchenv.protocols.invalid_share`; empty when every turn parsed).
+    (:func:`searchenv.metrics.invalid_share`; empty when every turn parsed).
     """
     returns = [e.sample.extras["return"] for e in episodes]
     mean, std = stats(returns)

@@ -11,11 +11,11 @@ import numpy as np
 from pettingzoo import AECEnv
 from pettingzoo.utils import wrappers
 
-from searchenv.env import DEFAULT_MAX_DOC_CHARS, DEFAULT_TASK, search_or_error
+from searchenv.env import DEFAULT_MAX_DOC_CHARS, DEFAULT_TASK
 from searchenv.make import check_evidence, resolve_task, shared_retriever
 from searchenv.multi_agent.episode import RoleEpisode
 from searchenv.multi_agent.roles import ROLES
-from searchenv.retrievers.base import Retriever
+from searchenv.retrievers.base import Retriever, search_or_error
 from searchenv.rewards import Reward
 from searchenv.spaces import UnicodeText
 from searchenv.tasks.example import QAExample

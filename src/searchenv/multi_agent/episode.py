@@ -224,7 +224,7 @@ class RoleEpisode:
         """Complete the pending search with one hit list per query (or the retriever's failure).
 
         The candidates are the hits of every query, query by query, each document once; a failure
-        (see :func:`searchenv.env.search_or_error`) leaves none and is reported as ``infra_error``.
+        (see :func:`searchenv.retrievers.base.search_or_error`) leaves none and is reported as ``infra_error``.
 
         Raises:
             RuntimeError: If no search is pending.

@@ -30,18 +30,19 @@ Formats:
     object alone, and results come back as ``tool`` messages with the call's id
     (:class:`ToolsProtocol`). ``tools-browse`` adds ``open`` with ``browse``'s snippets and pages.
 
-``Protocol`` is the former name of :class:`ActionProtocol` (it shadowed :class:`typing.Protocol`),
-kept as an alias for one release.
+``Protocol`` (the former name of :class:`ActionProtocol`, which shadowed :class:`typing.Protocol`) and
+``invalid_share`` (now :func:`searchenv.metrics.invalid_share`) still read, with a
+``DeprecationWarning``, for one release.
 """
 
 from __future__ import annotations
 
-from searchenv.metrics import invalid_share
 from searchenv.protocols.actions import INVALID_CODES, Action, Answer, Invalid, Open, Search, ToolCall
-from searchenv.protocols.base import ALL_TAGS, ActionProtocol, Protocol, sanitize
+from searchenv.protocols.base import ALL_TAGS, ActionProtocol, sanitize
 from searchenv.protocols.registry import get_protocol, protocol_names, register_protocol
 from searchenv.protocols.tags import ArenaProtocol, BrowseProtocol, MultiQueryProtocol, SearchR1Protocol
 from searchenv.protocols.tools import ToolsBrowseProtocol, ToolsProtocol, tool_turn_text
+from searchenv.utils.moved import renamed_names
 
 __all__ = [
     "ALL_TAGS",
@@ -54,16 +55,17 @@ __all__ = [
     "Invalid",
     "MultiQueryProtocol",
     "Open",
-    "Protocol",
     "Search",
     "SearchR1Protocol",
     "ToolCall",
     "ToolsBrowseProtocol",
     "ToolsProtocol",
     "get_protocol",
-    "invalid_share",
     "protocol_names",
     "register_protocol",
     "sanitize",
     "tool_turn_text",
 ]
+
+__getattr__ = renamed_names(__name__, {"Protocol": ("searchenv.protocols.base", "ActionProtocol"),
+                                       "invalid_share": ("searchenv.metrics", "invalid_share")})

@@ -324,6 +324,3 @@ class ActionProtocol:
         """
         return turn
 
-
-#: The former name of :class:`ActionProtocol`; it shadowed :class:`typing.Protocol`. Kept for one release.
-Protocol = ActionProtocol

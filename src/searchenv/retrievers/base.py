@@ -7,6 +7,8 @@ a turn (across many episodes) into one :meth:`Retriever.search_batch` call.
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -77,3 +79,46 @@ def check_k(k: int) -> int:
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be a positive integer, got {k!r}")
     return k
+
+
+def search_or_error(retriever: Retriever, queries: Sequence[str], k: int) -> list[list[Hit]] | Exception:
+    """Search ``queries`` in one ``search_batch`` call; a failure is returned, never raised.
+
+    Any ``Exception`` the retriever raises (a :class:`RetrieverError`, or e.g. a
+    ``RecursionError``, ``ValueError`` or ``IndexError`` from a damaged index or a user's
+    retriever) is returned as is, and an answer of the wrong shape (not one list of
+    :class:`Hit` per query) or with a score that is not a finite number as a
+    :class:`RetrieverError`. :meth:`searchenv.env.SearchQAEnv.finish_step`
+    turns either into an infrastructure-error step. ``KeyboardInterrupt`` and ``SystemExit``
+    still propagate.
+
+    Args:
+        retriever: Anything with ``search_batch(queries, k)``.
+        queries: The queries.
+        k: Hits per query.
+
+    Returns:
+        One list of hits per query, or the exception.
+    """
+    try:
+        hits = retriever.search_batch(list(queries), k)
+    except Exception as exc:  # any retriever failure is an infra error, not a crash
+        return exc
+    if not isinstance(hits, Sequence) or len(hits) != len(queries):
+        got = f"{len(hits)} hit lists" if isinstance(hits, Sequence) else f"a {type(hits).__name__}"
+        return RetrieverError(f"retriever returned {got} for {len(queries)} queries")
+    for per_query in hits:
+        if not isinstance(per_query, Sequence) or not all(map(_is_hit, per_query)):
+            return RetrieverError("retriever returned something other than a list of Hit objects per query")
+        for hit in per_query:
+            if isinstance(hit.score, bool) or not isinstance(hit.score, numbers.Real):
+                return RetrieverError(f"retriever returned a score that is not a number: {hit.score!r:.40} "
+                                      f"({type(hit.score).__name__}) for document {hit.doc_id!r:.80}")
+            if not math.isfinite(hit.score):
+                return RetrieverError(f"retriever returned a score that is not a finite number ({hit.score}) for "
+                                      f"document {hit.doc_id!r:.80} (a damaged index?)")
+    return [list(per_query) for per_query in hits]
+
+
+def _is_hit(hit: object) -> bool:
+    return isinstance(hit, Hit) and all(isinstance(v, str) for v in (hit.doc_id, hit.title, hit.text))

@@ -37,8 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import asdict, dataclass, field
 
-from searchenv.env import search_or_error
-from searchenv.retrievers.base import Hit, Retriever, RetrieverError, check_k
+from searchenv.retrievers.base import Hit, Retriever, RetrieverError, check_k, search_or_error
 
 #: What a query costs besides its ``k`` hits: the search itself, about as much work as ten hits
 #: on a BM25 index (reading and returning a hit dominates a large ``k``).
@@ -166,7 +165,7 @@ class MicroBatcher:
         Raises:
             Exception: What the retriever raised (every request of the batch gets it), or a
                 :class:`RetrieverError` for an answer of the wrong shape
-                (:func:`searchenv.env.search_or_error`).
+                (:func:`searchenv.retrievers.base.search_or_error`).
         """
         queries = list(queries)
         if not queries:

@@ -13,8 +13,9 @@ import importlib.abc
 import importlib.machinery
 import sys
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
+from typing import Any
 
 
 class _MovedLoader(importlib.abc.Loader):
@@ -62,3 +63,28 @@ def register_moves(moves: Mapping[str, str]) -> None:
     _FINDER.moves.update(moves)
     if _FINDER not in sys.meta_path:
         sys.meta_path.append(_FINDER)  # last: a real module of that name, if any, still wins
+
+
+def renamed_names(module: str, names: Mapping[str, tuple[str, str]]) -> Callable[[str], Any]:
+    """A module ``__getattr__`` that serves old names for one release, each with a ``DeprecationWarning``.
+
+    As Gymnasium's ``wrappers/__init__.py`` serves renamed wrappers: the old name is out of the
+    module's namespace and ``__all__``, and reading it imports and returns the new object.
+
+    Args:
+        module: The module's name (``__name__``), for the messages.
+        names: Each old name's new home, ``old -> (module, attribute)``.
+
+    Returns:
+        The function to assign to the module's ``__getattr__``.
+    """
+
+    def __getattr__(name: str) -> Any:
+        target = names.get(name)
+        if target is None:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        warnings.warn(f"{module}.{name} is now {target[0]}.{target[1]}; the old name will be removed in the next "
+                      "release", DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module(target[0]), target[1])
+
+    return __getattr__

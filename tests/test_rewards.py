@@ -589,3 +589,22 @@ def test_worked_example_in_docs_is_current() -> None:
     doc = (root / "docs" / "rewards.md").read_text(encoding="utf-8")
     start = doc.index("<!-- worked-example:start -->\n") + len("<!-- worked-example:start -->\n")
     assert doc[start : doc.index("<!-- worked-example:end -->")] == block
+
+
+def test_every_term_declares_bounds_its_values_keep(make_env: Any) -> None:
+    """Each term of TERMS has its bounds in TERM_BOUNDS, and no step of a varied episode leaves them."""
+    from searchenv.rewards import TERM_BOUNDS, TERMS
+
+    assert set(TERM_BOUNDS) == set(TERMS)
+    turns = ["<search> Velora Quenn </search>", "no tags at all", "<search> Drathmoor </search>",
+             "<search> Velora Quenn </search>", "<answer> Essaly </answer>"]
+    for name in TERMS:
+        env = make_env(reward={name: 1.0}, protocol="multi-query", max_turns=5)
+        low, high = TERM_BOUNDS[name](env.protocol.max_queries)
+        for index in range(len(EXAMPLES)):
+            env.reset(options={"index": index})
+            for turn in turns:
+                *_, terminated, truncated, info = env.step(turn)
+                assert low <= info["reward_terms"][name] <= high, (name, turn, info["reward_terms"])
+                if terminated or truncated:
+                    break

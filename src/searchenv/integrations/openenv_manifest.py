@@ -16,26 +16,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from searchenv.protocols import ActionProtocol
-from searchenv.rewards import Reward, WeightedReward
+from searchenv.rewards import TERM_BOUNDS, Reward, WeightedReward
 
 
 def _term_bounds(name: str, params: Mapping[str, Any], protocol: ActionProtocol) -> tuple[float, float]:
-    """The least and greatest value term ``name`` takes on one step (before its weight)."""
-    if name in ("outcome", "relevance"):
-        return 0.0, 1.0
-    if name == "format":
-        valid, invalid = float(params.get("valid", 0.0)), float(params.get("invalid", -1.0))
-        return min(valid, invalid), max(valid, invalid)
-    if name == "cost":
-        queries = protocol.max_queries
-        search = float(params.get("per_search", 1.0)) + queries * (
-            float(params.get("per_query", 0.0)) + float(params.get("repeat", 0.0)))
-        values = (0.0, -search, -float(params.get("per_open", 0.0)), -float(params.get("per_search", 1.0)))
-        return min(values), max(values)
-    if name == "shaping":  # gamma * phi(after) - phi(before), phi in [0, 1]
-        gamma = float(params.get("gamma", 1.0))
-        return min(-1.0, gamma - 1.0, 0.0), max(gamma, 0.0)
-    raise ValueError(f"no bounds known for reward term {name!r}")
+    """The least and greatest value term ``name`` takes on one step (before its weight): the term's own bounds."""
+    bounds = TERM_BOUNDS.get(name)
+    if bounds is None:
+        raise ValueError(f"no bounds known for reward term {name!r}: declare them in searchenv.rewards.TERM_BOUNDS")
+    return bounds(protocol.max_queries, **params)
 
 
 def step_reward_range(reward: Reward, protocol: ActionProtocol) -> tuple[float, float]:

@@ -37,6 +37,7 @@ from searchenv.rewards.presets import PRESETS, WeightedReward, custom, get_rewar
 from searchenv.rewards.published import ArenaReward, R3RAGReward, ReSearchReward, SearchR1FormatReward
 from searchenv.rewards.terms import (
     OUTCOME_METRICS,
+    TERM_BOUNDS,
     TERMS,
     OutcomeMetric,
     answer_admissible,
@@ -63,6 +64,7 @@ __all__ = [
     "ScoredReward",
     "SearchR1FormatReward",
     "StepContext",
+    "TERM_BOUNDS",
     "TERMS",
     "WeightedReward",
     "answer_admissible",

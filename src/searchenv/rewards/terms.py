@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from searchenv.metrics import (
     exact_match,
@@ -113,6 +114,11 @@ def outcome_score(
 
 
 
+def outcome_bounds(max_queries: int, **params: Any) -> tuple[float, float]:
+    """The least and greatest value :func:`outcome_score` takes on one step: a score in [0, 1]."""
+    return 0.0, 1.0
+
+
 #: Any tag a built-in protocol uses (the tag and tool-call protocols alike).
 _ANY_TAG = rf"</?(?:{'|'.join(ALL_TAGS)})>"
 _NO_TAG = rf"(?:(?!{_ANY_TAG}).)*"
@@ -198,6 +204,12 @@ def format_score(ctx: StepContext, valid: float = 0.0, invalid: float = -1.0, re
     return invalid if bad else valid
 
 
+def format_bounds(max_queries: int, valid: float = 0.0, invalid: float = -1.0,
+                  **params: Any) -> tuple[float, float]:
+    """The least and greatest value :func:`format_score` takes on one step: ``valid`` or ``invalid``."""
+    return min(float(valid), float(invalid)), max(float(valid), float(invalid))
+
+
 def cost_score(
     ctx: StepContext,
     per_search: float = 1.0,
@@ -236,6 +248,14 @@ def cost_score(
     return -(base + repeat * ctx.repeated_queries)
 
 
+def cost_bounds(max_queries: int, per_search: float = 1.0, per_query: float = 0.0, repeat: float = 0.0,
+                per_open: float = 0.0, **params: Any) -> tuple[float, float]:
+    """The least and greatest value :func:`cost_score` takes on one step, ``max_queries`` queries a turn at most."""
+    search = float(per_search) + max_queries * (float(per_query) + float(repeat))
+    values = (0.0, -search, -float(per_open), -float(per_search))
+    return min(values), max(values)
+
+
 def relevance_score(ctx: StepContext, verifier: str | Callable[[StepContext], float] = "gold-evidence") -> float:
     """Process reward: how relevant this step's newly retrieved documents are, in [0, 1].
 
@@ -263,6 +283,11 @@ def relevance_score(ctx: StepContext, verifier: str | Callable[[StepContext], fl
     if not math.isfinite(value):
         raise ValueError(f"relevance verifier returned {value!r}")
     return min(1.0, max(0.0, value))
+
+
+def relevance_bounds(max_queries: int, **params: Any) -> tuple[float, float]:
+    """The least and greatest value :func:`relevance_score` takes on one step: a share in [0, 1]."""
+    return 0.0, 1.0
 
 
 def evidence_recall(example: QAExample, doc_ids: frozenset[str] | set[str]) -> float:
@@ -300,10 +325,27 @@ def shaping_score(ctx: StepContext, gamma: float = 1.0) -> float:
     return gamma * after - before
 
 
+def shaping_bounds(max_queries: int, gamma: float = 1.0, **params: Any) -> tuple[float, float]:
+    """The least and greatest value of :func:`shaping_score`: ``gamma * phi(after) - phi(before)``, phi in [0, 1]."""
+    gamma = float(gamma)
+    return min(-1.0, gamma - 1.0, 0.0), max(gamma, 0.0)
+
+
 TERMS: dict[str, Callable[..., float]] = {
     "outcome": outcome_score,
     "format": format_score,
     "cost": cost_score,
     "relevance": relevance_score,
     "shaping": shaping_score,
+}
+
+#: Each term's bounds on one step, before its weight: ``bounds(max_queries, **params) -> (low, high)``
+#: (the term's own keyword parameters; ``max_queries`` is the protocol's most queries a turn). A new
+#: term declares its bounds here beside its function; servers declare their reward range from them.
+TERM_BOUNDS: dict[str, Callable[..., tuple[float, float]]] = {
+    "outcome": outcome_bounds,
+    "format": format_bounds,
+    "cost": cost_bounds,
+    "relevance": relevance_bounds,
+    "shaping": shaping_bounds,
 }

@@ -212,3 +212,12 @@ def test_nothing_in_searchenv_imports_agents() -> None:
     found = [f"{n} -> {t}" for n, p in _modules("searchenv").items() for t in _imports(n, p, mods)
              if t == "agents" or t.startswith("agents.")]
     assert found == []
+
+
+def test_docs_architecture_names_every_module() -> None:
+    """Each module's name appears in docs/architecture.md's layout (a newcomer finds every file there)."""
+    text = (SRC.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    layout = text.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    missing = [str(p.relative_to(SRC)) for package in ("searchenv", "agents") for p in _modules(package).values()
+               if p.name != "__init__.py" and p.stem not in layout]
+    assert missing == []

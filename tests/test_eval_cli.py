@@ -113,3 +113,19 @@ def test_eval_writes_nothing_through_a_link_under_out(tmp_path: Path, corpus_fil
     assert sorted(p.name for p in outside.iterdir()) == ([] if target == outside else ["victim.txt"])
     assert target == outside or target.read_text() == "keep me\n"
     assert not (out / "results.json").is_file() or (out / "results.json").is_symlink()
+
+
+def test_an_index_folder_named_like_a_kind_is_the_folder_with_a_warning(
+        tmp_path: Path, corpus_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--retriever bm25`` where ./bm25 is the user's index: opened (not refused as a kind without a corpus)."""
+    from searchenv.corpus import read_corpus
+    from searchenv.retrievers.bm25 import BM25Retriever
+
+    BM25Retriever.build(read_corpus(corpus_file), tmp_path / "bm25")
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(get_app(), ["eval", "-a", "oracle", "--task", str(_qa_file(tmp_path)),
+                                         "--retriever", "bm25", "--n", "2", "--out", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    assert "names both an index kind and the index folder" in res.output and "./bm25" in res.output
+    rows = json.loads((tmp_path / "o" / "results.json").read_text())["rows"]
+    assert rows[0]["em"] == 1.0

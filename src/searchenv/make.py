@@ -9,9 +9,11 @@ environment per trajectory.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
+from searchenv.corpus import DataWarning
 from searchenv.retrievers.base import Retriever
 from searchenv.tasks.example import QAExample
 
@@ -142,6 +144,10 @@ def shared_retriever(retriever: str | os.PathLike[str] | Retriever, corpus_path:
     if stamp is not None:
         key_dir = ("folder", folder, stamp, str(corpus_path) if corpus_path else None)
         if key_dir not in _SHARED:  # one open index per folder and process
+            if isinstance(retriever, str) and retriever in index_kinds():
+                warnings.warn(f"retriever {retriever!r} names both an index kind and the index folder "
+                              f"{folder}: the folder is opened (write ./{retriever} to say so, or rename the "
+                              "folder to build the kind)", DataWarning, stacklevel=3)
             _SHARED[key_dir] = open_index(retriever, corpus=corpus_path)
         return _SHARED[key_dir]
     if Path(retriever).is_dir():  # not an index: open_index says what is wrong

@@ -189,8 +189,8 @@ def eval_command(
     from agents.policies.openai_compat import ModelServerError
     from searchenv.cli import check_task_file, data_warnings_to_stderr
     from searchenv.corpus import CorpusFormatError
-    from searchenv.retrievers import index_kinds
     from searchenv.retrievers.base import RetrieverError
+    from searchenv.retrievers.kinds import names_kind
 
     unknown = [a for a in agent if a not in _KNOWN]
     if unknown:
@@ -203,7 +203,7 @@ def eval_command(
         raise typer.BadParameter(
             "a QA file is one split; --split applies to named tasks (searchenv tasks lists them)", param_hint="--split"
         )
-    named = [r for r in retriever if r in index_kinds()]  # built from a corpus, unlike a folder or URL
+    named = [r for r in retriever if names_kind(r)]  # built from a corpus, unlike a folder or URL
     if task_is_file and corpus is None and named:
         raise typer.BadParameter(
             f"--retriever {'/'.join(named)} with a QA file needs the "

@@ -26,9 +26,10 @@ def play(
     r"""Play one episode: type each turn on one line (write \n for a line break); Ctrl-D quits."""
     from searchenv.cli import check_task_file, data_warnings_to_stderr
     from searchenv.env import SearchQAEnv
-    from searchenv.retrievers import RetrieverError, index_kinds
+    from searchenv.retrievers import RetrieverError
+    from searchenv.retrievers.kinds import names_kind
 
-    if check_task_file(task) and corpus is None and retriever in index_kinds():
+    if check_task_file(task) and corpus is None and names_kind(retriever):
         raise typer.BadParameter(
             f"--retriever {retriever} with a QA file needs the documents to index: add --corpus CORPUS.jsonl "
             "(or give an index folder or a server URL as --retriever)",

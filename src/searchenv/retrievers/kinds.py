@@ -32,6 +32,17 @@ def index_kinds() -> list[str]:
     return sorted(_KINDS)
 
 
+def names_kind(spec: object) -> bool:
+    """Whether ``spec`` asks for an index of a kind built from a corpus (``"bm25"``), not an index folder.
+
+    A name that is both a kind and an index folder in the working directory is the folder, as
+    :func:`searchenv.make.resolve_retriever` opens it (with a warning there).
+    """
+    from searchenv.retrievers.index.metadata import META_FILE
+
+    return isinstance(spec, str) and spec in _KINDS and not os.path.isfile(os.path.join(spec, META_FILE))
+
+
 def _index_class(kind: str) -> Any:
     if kind not in _KINDS:
         raise ValueError(f"unknown retriever {kind!r}; known: {', '.join(index_kinds())}")

@@ -162,7 +162,12 @@ def test_an_entry_point_name_in_gym_make_eval_bench_and_eval_retrieval(work: Pat
     result = _cli("bench", "search-r1", "--data", "data/search-r1", "--agent", "heuristic", "--retriever", "keyword",
                   "--set", "nq", "--out", "bench")
     assert result.exit_code == 0, result.output
-    assert json.loads((work / "bench" / "card.json").read_text())["settings"]["index_kind"] == "keyword"
+    settings = json.loads((work / "bench" / "card.json").read_text())["settings"]
+    assert settings["index_kind"] == "keyword"
+    # built over the suite's corpus (it takes corpus=): the card names that corpus, as an index's card does
+    from searchenv.corpus import corpus_fingerprint, iter_corpus
+
+    assert settings["corpus_fingerprint"] == corpus_fingerprint(iter_corpus(work / settings["corpus"]))
 
 
 @pytest.mark.slow

@@ -372,7 +372,7 @@ def bench_retriever(corpus: Path, retriever: Any, *, index: str | os.PathLike[st
         RetrieverError: If the server does not answer, or the index is not one of this corpus.
         ValueError: If a custom retriever cannot be built, or options are given without one.
     """
-    from searchenv.retrievers.custom import check_retriever, is_custom_spec, load_retriever
+    from searchenv.retrievers.custom import check_retriever, is_custom_spec, load_retriever, takes_corpus
     from searchenv.serving.client import is_server_url, remote_from_url
 
     url = next((str(x) for x in (index, retriever) if isinstance(x, str) and is_server_url(x)), None)
@@ -385,9 +385,13 @@ def bench_retriever(corpus: Path, retriever: Any, *, index: str | os.PathLike[st
                           "fingerprint": health.get("fingerprint"), "meta_sha256": None, "where": url}
     if custom:
         built = load_retriever(str(retriever), options, corpus=corpus)
+        fingerprint = getattr(built, "fingerprint", None)
+        if fingerprint is None and takes_corpus(str(retriever), options):  # built over the suite's corpus file
+            from searchenv.corpus import corpus_fingerprint, iter_corpus
+
+            fingerprint = corpus_fingerprint(iter_corpus(corpus))
         return built, str(retriever), {"kind": str(retriever), "params": dict(options or {}),
-                                       "fingerprint": getattr(built, "fingerprint", None), "meta_sha256": None,
-                                       "where": str(retriever)}
+                                       "fingerprint": fingerprint, "meta_sha256": None, "where": str(retriever)}
     if not isinstance(retriever, str):
         obj = check_retriever(retriever, "retriever")
         name = type(obj).__name__

@@ -104,6 +104,24 @@ def check_retriever(obj: object, what: str) -> Retriever:
     return obj  # type: ignore[return-value]
 
 
+def takes_corpus(spec: str, options: Mapping[str, Any] | None = None) -> bool:
+    """Whether :func:`load_retriever` builds ``spec`` over the corpus file it is given (its ``corpus=``).
+
+    True for a class or factory with a ``corpus`` parameter that ``options`` does not set.
+
+    Raises:
+        ValueError: If the module, attribute or entry point cannot be found.
+    """
+    target = _target(spec)
+    if not (isinstance(target, type) or (callable(target) and not hasattr(target, "search_batch"))):
+        return False
+    try:
+        params = inspect.signature(target).parameters
+    except (TypeError, ValueError):
+        return False
+    return "corpus" in params and "corpus" not in (options or {})
+
+
 def load_retriever(spec: str, options: Mapping[str, Any] | None = None, *,
                    corpus: str | os.PathLike[str] | None = None) -> Retriever:
     """Build the retriever that ``spec`` names.

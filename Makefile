@@ -27,7 +27,7 @@ SKYRL_VENV ?= .venv-skyrl
 SKYRL_STAMP := $(SKYRL_VENV)/.installed-$(DEPS)
 SKYRL_PYTHON ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) python3.12)
 # OpenEnv pins mcp and fastmcp (the main environment has mcp 2) and pulls gradio: its server is tested in a
-# virtual environment of its own (no torch: neither openenv nor the server needs it).
+# virtual environment of its own, with TRL beside OpenEnv's client (TRL's GRPOTrainer against the server).
 OPENENV_VENV ?= .venv-openenv
 OPENENV_STAMP := $(OPENENV_VENV)/.installed-$(DEPS)
 # verifiers 0.4 pins mcp==2.0.0 (the main environment has mcp 2.3): its environment package (`searchqa`) is tested
@@ -73,7 +73,8 @@ $(SKYRL_STAMP): pyproject.toml Makefile $(call lockfile,skyrl)
 $(OPENENV_STAMP): pyproject.toml Makefile $(call lockfile,openenv)
 	$(PYTHON) -m venv --clear $(OPENENV_VENV)
 	$(OPENENV_VENV)/bin/python -m pip install -q --upgrade pip $(call lock,openenv)
-	$(OPENENV_VENV)/bin/python -m pip install -q pytest hypothesis -e ".[openenv]" $(call lock,openenv)
+	# TRL (and the CPU torch) beside OpenEnv's client: TRL's GRPOTrainer trains against serve-openenv from here.
+	$(OPENENV_VENV)/bin/python -m pip install -q pytest hypothesis -e ".[openenv,trl]" "$(TORCH_PIN)" $(call lock,openenv)
 	touch $(OPENENV_STAMP)
 
 $(VERIFIERS_STAMP): pyproject.toml Makefile $(call lockfile,verifiers)

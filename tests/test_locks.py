@@ -53,7 +53,7 @@ def test_every_locked_venv_has_a_lock_file_that_pins_what_the_makefile_pins() ->
         assert "searchenv" not in pins and "pip" in pins, path
         for line in path.read_text().splitlines():
             assert line.startswith("#") or re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*==[^\s+;]+", line), (path, line)
-        if name in ("main", "verl", "skyrl"):
+        if name in ("main", "verl", "skyrl", "openenv"):
             assert pins["torch"] == torch_pin.group(1), path
     assert _pins(ROOT / "locks" / "verifiers.txt")["verifiers"] == "0.4.0"
     assert _pins(ROOT / "locks" / "verl.txt")["verl"] == "0.9.1"

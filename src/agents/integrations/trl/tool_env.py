@@ -11,10 +11,11 @@ from searchenv.env import SearchQAEnv, episode_metrics
 from searchenv.protocols import tool_turn_text
 from searchenv.tasks import QAExample
 
-#: The type each tool argument must have: TRL hands the tools whatever JSON the model wrote.
+#: Arguments that must be text: TRL hands the tools whatever JSON the model wrote, and an object, a list or
+#: null written into a tag turn would read as text (``{'a': 'X'}`` answers "a X"). Document numbers are
+#: written as they come, and the protocol refuses what is not one (``bad_open``, a malformed citation).
 _ARGUMENT_TYPES: dict[str, tuple[type, str]] = {"query": (str, "a string"), "answer": (str, "a string"),
-                                                "analysis": (str, "a string"), "number": (int, "an integer"),
-                                                "page": (int, "an integer"), "documents": (list, "a list")}
+                                                "analysis": (str, "a string")}
 
 
 def _argument_problem(arguments: Mapping[str, Any]) -> str | None:
@@ -25,8 +26,6 @@ def _argument_problem(arguments: Mapping[str, Any]) -> str | None:
         wanted, what = _ARGUMENT_TYPES[name]
         if isinstance(value, bool) or not isinstance(value, wanted):
             return f"`{name}` must be {what}, got {type(value).__name__}"
-        if isinstance(value, list) and any(isinstance(d, bool) or not isinstance(d, int) for d in value):
-            return "`documents` must be a list of document numbers (integers)"
     return None
 
 
@@ -43,9 +42,9 @@ class SearchQAToolEnv:
     the protocol's parser checks its arguments. A call the protocol refuses (an empty or too long
     answer, a tag inside it, a bad document number) is an invalid turn, counted as any other, and
     the tool returns the environment's reason; ``answer`` says "Answer recorded." only when the
-    answer was. Arguments of the wrong type (an answer that is an object, a list or null, a
-    document number that is text) are refused at the tool, before any turn, under every protocol
-    but ``tools``/``tools-browse`` (whose parser refuses them as ``bad_arguments`` turns)::
+    answer was. A query, answer or analysis that is not text (an object, a list, null) is refused
+    at the tool, before any turn, under every protocol but ``tools``/``tools-browse`` (whose parser
+    refuses it as a ``bad_arguments`` turn)::
 
         make_env = SearchQAToolEnv.factory("synthetic-2hop", retriever="bm25", reward="default")
         trainer = GRPOTrainer(model, train_dataset=Dataset.from_list(make_env.dataset()),

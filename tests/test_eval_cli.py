@@ -129,3 +129,28 @@ def test_an_index_folder_named_like_a_kind_is_the_folder_with_a_warning(
     assert "names both an index kind and the index folder" in res.output and "./bm25" in res.output
     rows = json.loads((tmp_path / "o" / "results.json").read_text())["rows"]
     assert rows[0]["em"] == 1.0
+
+
+def test_eval_takes_your_own_agent_as_module_class(
+        tmp_path: Path, corpus_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "my_agent.py").write_text(
+        "from agents.baselines import Turn\n\n\n"
+        "class TopTitle:\n"
+        "    name = 'top-title'\n"
+        "    max_turns = 2\n\n"
+        "    def adapt_protocol(self, protocol):\n"
+        "        return protocol\n\n"
+        "    def act(self, episodes, *, seed):\n"
+        "        return [Turn(f'<answer> {ep.retrieved_hits()[0].title} </answer>' if ep.retrieved_hits()\n"
+        "                     else f'<search> {ep.example.question} </search>') for ep in episodes]\n\n\n"
+        "NOT_AN_AGENT = 3\n")
+    monkeypatch.chdir(tmp_path)
+    args = ["eval", "--task", str(_qa_file(tmp_path)), "--corpus", str(corpus_file), "--n", "2"]
+    res = CliRunner().invoke(get_app(), [*args, "--agent", "my_agent:TopTitle", "--out", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    (row,) = json.loads((tmp_path / "o" / "results.json").read_text())["rows"]
+    assert row["agent"] == "top-title" and row["n"] == 2 and row["searches"] == 1.0
+    res = CliRunner().invoke(get_app(), [*args, "--agent", "my_agent:NOT_AN_AGENT"])
+    assert res.exit_code == 2 and "is a int, not a class or factory" in res.output
+    res = CliRunner().invoke(get_app(), [*args, "--agent", "no_such_module:X"])
+    assert res.exit_code == 2 and "cannot import module 'no_such_module'" in res.output

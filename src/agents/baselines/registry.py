@@ -7,6 +7,7 @@ from typing import Any
 from agents.baselines.episode import Agent
 from agents.baselines.llm import DIRECT_PROMPT, FEW_SHOT_EXAMPLE, RAG_PROMPT, LLMAgent
 from agents.policies.base import ChatPolicy, Policy
+from searchenv.utils.loading import is_module_attr, load_attribute
 
 AGENT_NAMES = ("oracle", "heuristic", "random", "direct", "rag", "iterative", "llm", "searcher")
 LLM_AGENTS = frozenset({"direct", "rag", "iterative", "llm"})
@@ -21,10 +22,12 @@ def make_agent(
     seed: int = 0,
     device: str | None = None,
 ) -> Agent:
-    """Build a reference agent by name.
+    """Build a reference agent by name, or your own as ``module:Class``.
 
     Args:
-        name: One of :data:`AGENT_NAMES`.
+        name: One of :data:`AGENT_NAMES`, or ``module:Class`` (the current folder importable): a class
+            or factory called with no arguments, or with ``policy=`` when it takes one and a policy
+            is given; what it returns must be an agent (``name``, ``max_turns``, ``adapt_protocol``, ``act``).
         policy: The model for ``direct``, ``rag``, ``iterative`` and ``llm`` (``searcher`` loads its own).
         max_new_tokens: Generation cap per turn (LLM agents).
         temperature: Sampling temperature (LLM agents; 0 is greedy).
@@ -35,10 +38,13 @@ def make_agent(
         The agent.
 
     Raises:
-        ValueError: For an unknown name, or an LLM agent without a policy.
+        ValueError: For an unknown name, an LLM agent without a policy, or a ``module:Class`` that
+            cannot be loaded or does not make an agent.
     """
     from agents.baselines.scripted import HeuristicAgent, OracleAgent, RandomAgent
 
+    if is_module_attr(name):
+        return _load_agent(name, policy)
     if name == "oracle":
         return OracleAgent()
     if name == "heuristic":
@@ -79,3 +85,22 @@ def make_agent(
             **common,
         )
     return LLMAgent(name, policy, **common)
+
+
+def _load_agent(spec: str, policy: Policy | ChatPolicy | None) -> Agent:
+    """The agent ``module:Class`` makes (see :func:`make_agent`)."""
+    import inspect
+
+    target = load_attribute(spec, "agent")
+    if not callable(target):
+        raise ValueError(f"agent {spec!r} is a {type(target).__name__}, not a class or factory")
+    try:
+        takes_policy = "policy" in inspect.signature(target).parameters
+    except (TypeError, ValueError):
+        takes_policy = False
+    made = target(policy=policy) if takes_policy and policy is not None else target()
+    missing = [a for a in ("name", "max_turns", "adapt_protocol", "act") if not hasattr(made, a)]
+    if missing:
+        raise ValueError(f"agent {spec!r} made a {type(made).__name__} without {', '.join(missing)} "
+                         "(an agent has name, max_turns, adapt_protocol and act: docs/extending.md)")
+    return made

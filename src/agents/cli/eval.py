@@ -109,7 +109,8 @@ def custom_retrievers(specs: list[str], options: list[str], task: str, split: st
 
 def eval_command(
     agent: list[str] = typer.Option(
-        ..., "--agent", "-a", help=f"Agent or pipeline to evaluate (repeatable): {', '.join(_KNOWN)}."
+        ..., "--agent", "-a",
+        help=f"Agent or pipeline to evaluate (repeatable): {', '.join(_KNOWN)}, or your own as module:Class.",
     ),
     task: str = typer.Option("synthetic-mixed", "--task", "-t", help="Task name or QA JSONL file."),
     split: str | None = typer.Option(None, "--split", help="Split of a named task (default dev)."),
@@ -191,11 +192,13 @@ def eval_command(
     from searchenv.corpus import CorpusFormatError
     from searchenv.retrievers.base import RetrieverError
     from searchenv.retrievers.kinds import names_kind
+    from searchenv.utils.loading import is_module_attr
 
-    unknown = [a for a in agent if a not in _KNOWN]
+    unknown = [a for a in agent if a not in _KNOWN and not is_module_attr(a)]
     if unknown:
         raise typer.BadParameter(
-            f"unknown agent(s) {', '.join(unknown)}; known: {', '.join(_KNOWN)}", param_hint="--agent"
+            f"unknown agent(s) {', '.join(unknown)}; known: {', '.join(_KNOWN)}, or your own as module:Class",
+            param_hint="--agent",
         )
     err = Console(stderr=True)
     task_is_file = check_task_file(task)

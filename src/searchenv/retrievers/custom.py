@@ -17,17 +17,16 @@ comes out must be an instance with a callable ``search_batch``: a class is refus
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import json
 import os
-import sys
 from collections.abc import Mapping, Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
 from searchenv.retrievers.base import Retriever
+from searchenv.utils.loading import is_module_attr, load_attribute
 
 #: The entry-point group that names retrievers.
 ENTRY_POINT_GROUP = "searchenv.retrievers"
@@ -42,10 +41,9 @@ def is_custom_spec(spec: object) -> bool:
     """Whether ``spec`` names a custom retriever: ``module:attr`` (not a URL or a path) or an entry-point name."""
     if not isinstance(spec, str) or not spec or "://" in spec:
         return False
-    module, sep, attr = spec.partition(":")
-    if sep and module and attr and "/" not in module and "\\" not in module and not Path(spec).exists():
-        return all(part.isidentifier() for part in module.split(".") + attr.split("."))
-    return spec in entry_point_names()
+    if is_module_attr(spec) and not Path(spec).exists():
+        return True
+    return ":" not in spec and spec in entry_point_names()
 
 
 def parse_options(items: Sequence[str], *, flag: str = "--retriever-option") -> dict[str, Any]:
@@ -77,18 +75,7 @@ def _target(spec: str) -> Any:
             return found[0].load()
         except (ImportError, AttributeError) as exc:
             raise ValueError(f"retriever {spec!r} ({found[0].value}) cannot be loaded: {exc}") from exc
-    module_name, _, attr = spec.partition(":")
-    if os.getcwd() not in sys.path and "" not in sys.path:  # `python -m` and uvicorn find modules in the folder
-        sys.path.insert(0, os.getcwd())
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ValueError(f"retriever {spec!r}: cannot import module {module_name!r} ({exc})") from exc
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise ValueError(f"retriever {spec!r}: module {module_name!r} has no attribute {attr!r}")
-        obj = getattr(obj, part)
-    return obj
+    return load_attribute(spec, "retriever")
 
 
 def check_retriever(obj: object, what: str) -> Retriever:

@@ -51,8 +51,9 @@ class SearcherNotFoundError(FileNotFoundError):
     """No trained searcher at the given path; the message says how to produce one."""
 
 
-def _publish(tmp: Path, out: Path) -> None:
-    """Move the finished folder ``tmp`` to ``out``, replacing what is there as a whole."""
+def _publish(tmp: Path, out: Path, manifest: Mapping[str, Any]) -> None:
+    """Write ``manifest`` into the finished folder ``tmp``, then move it to ``out``, replacing what is there whole."""
+    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str) + "\n", encoding="utf-8")
     # Package data: readable by everyone (mkdtemp made the folder private).
     tmp.chmod(0o755)
     for f in tmp.iterdir():
@@ -95,8 +96,7 @@ def copy_searcher(
             shutil.copyfile(path, tmp / str(spec["file"]))
         if provenance is not None:
             manifest["provenance"] = dict(provenance)
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str) + "\n", encoding="utf-8")
-        _publish(tmp, out)
+        _publish(tmp, out, manifest)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -9,7 +9,6 @@ its reader makes, are :mod:`agents.baselines.searcher`'s.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -17,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from agents.baselines.searcher import MANIFEST, PACKAGED, _publish, check_adapter_tensors, merge_adapter
+from agents.baselines.searcher import PACKAGED, _publish, check_adapter_tensors, merge_adapter
 from agents.trainers.checkpoints import load_checkpoint
 
 
@@ -99,8 +98,7 @@ def export_searcher(
             "adapters": adapters,
             "provenance": dict(provenance or {}),
         }
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str) + "\n", encoding="utf-8")
-        _publish(tmp, out)
+        _publish(tmp, out, manifest)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -19,13 +19,17 @@ client beside TRL: ``make`` builds ``.venv-openenv`` with both.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-_DONE_NOTE = "\nThe turn budget is spent; the episode is over."
+from agents.integrations.trl.tool_env import SearchQAToolEnv
 
 
-class SearchQAServerToolEnv:
+class SearchQAServerToolEnv(SearchQAToolEnv):
     """One rollout's session of a ``serve-openenv`` server, as TRL's tools (``search``, ``answer``).
+
+    The tools, their replies and the return are :class:`~agents.integrations.trl.tool_env.SearchQAToolEnv`'s;
+    only the step goes to the server (the episode lives there).
 
     Args:
         base_url: The server (``http://host:port``).
@@ -35,15 +39,16 @@ class SearchQAServerToolEnv:
     """
 
     def __init__(self, base_url: str, *, split: str | None = None, token: str | None = None) -> None:
-        self._base_url, self._token = base_url, token
+        self._base_url, self._token, self._split = base_url, token, split
         self._client: Any = None
-        self._split = split
         self._return = 0.0
         self._done = True
         self._final: dict[str, Any] | None = None
+        self._info: dict[str, Any] | None = None
 
     @classmethod
-    def factory(cls, base_url: str, *, split: str | None = None, token: str | None = None) -> _ServerEnvFactory:
+    def factory(cls, base_url: str, *, split: str | None = None,  # type: ignore[override]
+                token: str | None = None) -> _ServerEnvFactory:
         """A zero-argument factory for ``environment_factory`` (one session per instance)."""
         return _ServerEnvFactory(cls, base_url, split, token)
 
@@ -63,7 +68,7 @@ class SearchQAServerToolEnv:
         except Exception:  # noqa: BLE001 - the server closed a session idle past its --idle-timeout: reopen once
             self._close()
             self._session().reset(**args)
-        self._return, self._done, self._final = 0.0, False, None
+        self._return, self._done, self._final, self._info = 0.0, False, None, None
         return None
 
     def _session(self) -> Any:
@@ -77,45 +82,20 @@ class SearchQAServerToolEnv:
             self._client = GenericEnvClient(**kwargs).sync()
         return self._client
 
-    def _call(self, name: str, arguments: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    def _refused(self, arguments: Mapping[str, Any]) -> str | None:
+        """Nothing is refused here: the server's ``tools`` protocol checks every argument (``bad_arguments``)."""
+        return None
+
+    def _turn(self, name: str, arguments: dict[str, Any], tags: str) -> dict[str, Any]:
+        """One call as a step of the server's episode: the step's info as the server sends it."""
         result = self._session().step({"type": "call_tool", "tool_name": name, "arguments": arguments})
         observation = result.observation if isinstance(result.observation, dict) else {}
         self._return += float(result.reward or 0.0)
-        metadata = dict(observation.get("metadata") or {})
+        info = {**dict(observation.get("metadata") or {}), "new_text": str(observation.get("result") or "")}
+        self._info = info
         if result.done:
-            self._done, self._final = True, metadata
-        return str(observation.get("result") or ""), metadata
-
-    def search(self, query: str) -> str:
-        """Search the document collection.
-
-        Args:
-            query: What to look for, in a few words.
-
-        Returns:
-            The top documents, numbered, each with its title.
-        """
-        if self._done:
-            return "The episode is over; no more searches."
-        reply, _ = self._call("search", {"query": query})
-        return reply + _DONE_NOTE if self._done else reply
-
-    def answer(self, answer: str) -> str:
-        """Give the final answer to the question (ends the episode).
-
-        Args:
-            answer: The answer, as short as possible (a name, a place, a year).
-
-        Returns:
-            A confirmation, or why the answer was not recorded.
-        """
-        if self._done:
-            return "The episode is over; the answer was not recorded."
-        reply, metadata = self._call("answer", {"answer": answer})
-        if metadata.get("action_type") == "answer":
-            return "Answer recorded."
-        reply = f"The answer was not recorded. {reply}"
-        return reply + _DONE_NOTE if self._done else reply
+            self._done, self._final = True, info
+        return info
 
     def get_reward(self) -> float:
         """The rollout's return: the rewards the server sent for its calls."""

@@ -596,3 +596,31 @@ def test_serve_token_options(tmp_path: Path) -> None:
     ):
         result = runner.invoke(get_app(), ["serve", "--index", missing, *args])
         assert result.exit_code == 2 and message in result.output, result.output
+
+
+def test_the_batcher_returns_a_failure_where_the_environment_takes_one() -> None:
+    """``search_or_error`` of the batcher: hits, or the retriever's exception as a value (an infra-error step)."""
+    from searchenv.retrievers.batching import MicroBatcher
+
+    class Flaky:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def search_batch(self, queries: list[str], k: int) -> list[list[Hit]]:
+            self.calls += 1
+            if self.calls == 2:
+                raise RetrieverError("index offline")
+            return [[Hit(doc_id="d0", title="T", text="x", score=1.0)] for _ in queries]
+
+    async def run() -> list[object]:
+        batcher = MicroBatcher(Flaky())
+        try:
+            return [await batcher.search_or_error(["a"], 1), await batcher.search_or_error(["b"], 1),
+                    await batcher.search_or_error(["c"], 1)]
+        finally:
+            await batcher.aclose()
+
+    first, failed, third = asyncio.run(run())
+    assert isinstance(first, list) and isinstance(third, list)
+    assert first[0][0].doc_id == "d0" and third[0][0].doc_id == "d0"
+    assert isinstance(failed, RetrieverError) and "index offline" in str(failed)

@@ -251,10 +251,7 @@ class SearchQAAgentLoop(AgentLoopBase):
             hits: list[list[Hit]] | Exception | None = None
             started = time.perf_counter()
             if request.queries and self.batch_searches:  # with the other episodes' searches of this moment
-                try:
-                    hits = await _batcher(env.retriever).search(request.queries, env.top_k)
-                except Exception as exc:  # any retriever failure is an infrastructure error, as search_or_error
-                    hits = exc
+                hits = await _batcher(env.retriever).search_or_error(request.queries, env.top_k)
             elif request.queries and in_thread:  # do not hold up the other episodes on this event loop
                 one = {0: (env.retriever, env.top_k, request.queries)}
                 hits = (await loop.run_in_executor(None, search_round, one))[0]

@@ -200,6 +200,17 @@ class MicroBatcher:
         finally:
             self._waiting.discard(item)
 
+    async def search_or_error(self, queries: Sequence[str], k: int) -> list[list[Hit]] | Exception:
+        """:meth:`search`, with a failure returned, not raised (:func:`~searchenv.retrievers.base.search_or_error`).
+
+        What ``SearchQAEnv.finish_step`` takes as a step's hits: an exception there is an
+        infrastructure-error step. Cancellation still propagates.
+        """
+        try:
+            return await self.search(queries, k)
+        except Exception as exc:  # any retriever failure is an infrastructure error, not a crash
+            return exc
+
     def _drop(self, item: _Pending) -> None:
         """Forget a request whose caller gave up: its waiting queries are never searched."""
         for queue in (self._small, self._large, self._large_waiting):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -405,3 +406,18 @@ def test_browse_opens_are_environment_tokens_masked_out(tiny: HFPolicy, make_env
     _check_layout(rec, policy)
     page = rec.env_ids[1]
     assert "page 1 of 1" in tiny.decode(page)  # the opened page is environment text, masked out
+
+
+def test_the_seed_schemes_keep_their_published_formulas() -> None:
+    """Every trainer's and adapter's seeds come from agents.rollout.seeds, each formula as its numbers were made."""
+    from agents.rollout.seeds import STEP_SALTS, agent_seed, step_seed, trl_call_seed
+
+    m = 2**31 - 1
+    assert [step_seed(7, 3, STEP_SALTS[t]) for t in ("grpo", "ppo", "mappo")] == [
+        (7 * 1_000_003 + 3 * 7_919 + salt) % m for salt in (1, 2, 3)]
+    assert step_seed(7, 3) == step_seed(7, 3, STEP_SALTS["grpo"])
+    assert trl_call_seed(7, 3, 1, 2) == (7 * 1_000_003 + 3 * 10_007 + 101 + 2) % (1 << 63)
+    assert agent_seed(7, 3) == (7 * 1_000_003 + 3 * 7919 + 17) % m
+    for path in Path(__file__).resolve().parents[1].joinpath("src", "agents").rglob("*.py"):
+        if path.name != "seeds.py":
+            assert "* 1_000_003 + step *" not in path.read_text(encoding="utf-8"), path

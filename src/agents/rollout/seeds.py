@@ -8,7 +8,9 @@ any of them would change those numbers, so each keeps its exact formula here.
   ``(seed, index[, turn])``, independent streams for any index.
 - :func:`agent_seed`: the reference-agent driver (:func:`agents.baselines.run_agent`, evaluation):
   a linear congruence of ``(seed, position)``, also used for its round and per-turn sampling seeds.
-- :func:`step_seed`: the GRPO trainer's per-step seed (question choice and that step's rollouts).
+- :func:`step_seed`: a trainer's per-step seed (question choice and that step's rollouts), one
+  ``salt`` per trainer (GRPO 1, PPO 2, MAPPO 3).
+- :func:`trl_call_seed`: the TRL ``rollout_func``'s seed of one call (trainer step, process, call).
 """
 
 from __future__ import annotations
@@ -30,6 +32,15 @@ def agent_seed(seed: int, position: int) -> int:
     return (seed * 1_000_003 + position * 7919 + 17) % _MODULUS
 
 
-def step_seed(seed: int, step: int) -> int:
-    """The GRPO trainer's seed of training step ``step``."""
-    return (seed * 1_000_003 + step * 7_919 + 1) % _MODULUS
+#: Each trainer's salt in :func:`step_seed`.
+STEP_SALTS = {"grpo": 1, "ppo": 2, "mappo": 3}
+
+
+def step_seed(seed: int, step: int, salt: int = STEP_SALTS["grpo"]) -> int:
+    """A trainer's seed of training step ``step`` (``salt``: :data:`STEP_SALTS`, GRPO's by default)."""
+    return (seed * 1_000_003 + step * 7_919 + salt) % _MODULUS
+
+
+def trl_call_seed(seed: int, step: int, process: int, call: int) -> int:
+    """The TRL ``rollout_func``'s seed of its ``call``-th call in trainer step ``step`` on process ``process``."""
+    return (seed * 1_000_003 + step * 10_007 + process * 101 + call) % (1 << 63)

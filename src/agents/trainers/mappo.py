@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from agents.devices import model_device
+from agents.rollout.seeds import STEP_SALTS, step_seed
 from agents.trainers.advantages import role_advantages
 from agents.trainers.config import RLConfig, _help, _positive_int
 from agents.trainers.losses import aggregate, clipped_policy_loss, kl_estimate, masked_mean, value_loss
@@ -235,7 +236,7 @@ def train_mappo(
         with timer("generation"):
             played, records = collect_episodes(policy, [run.examples[i] for i in qidx], run.retriever, cfg,
                                                reward=reward,
-                                               seed=(cfg.seed * 1_000_003 + step * 7_919 + 3) % (2**31 - 1))
+                                               seed=step_seed(cfg.seed, step, STEP_SALTS["mappo"]))
         model.train()
         _freeze_roles(played, cfg.trained_roles)
         episodes = [e for e in played if e is not None and not e.infra_error

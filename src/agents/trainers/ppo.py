@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from agents.devices import model_device
+from agents.rollout.seeds import STEP_SALTS, step_seed
 from agents.trainers.advantages import gae
 from agents.trainers.config import RLConfig, _help, _positive_int
 from agents.trainers.episodes import episode_metrics, run_rollouts
@@ -136,7 +137,7 @@ def train_ppo(
         model.eval()
         episodes = run_rollouts(
             policy, [run.examples[i] for i in qidx], run.retriever, cfg, group_size=cfg.samples_per_question,
-            seed=(cfg.seed * 1_000_003 + step * 7_919 + 2) % (2**31 - 1), timer=timer, reward=reward,
+            seed=step_seed(cfg.seed, step, STEP_SALTS["ppo"]), timer=timer, reward=reward,
         )
         model.train()
         infra = sum(1 for e in episodes if e.infra_error)

@@ -9,6 +9,7 @@ from typing import Any
 
 from agents.integrations.trl.colocate import TRLColocatePolicy
 from agents.integrations.trl.prompts import _question
+from agents.rollout.seeds import trl_call_seed
 from searchenv.env import SearchQAEnv, episode_metrics
 from searchenv.tasks import QAExample
 
@@ -98,7 +99,7 @@ class SearchQARollout:
         """
         process = int(getattr(getattr(trainer, "accelerator", None), "process_index", 0))
         step = int(getattr(getattr(trainer, "state", None), "global_step", 0))
-        seed = (self.seed * 1_000_003 + step * 10_007 + process * 101 + self._calls) % (1 << 63)
+        seed = trl_call_seed(self.seed, step, process, self._calls)
         self._calls += 1
         eos_ids = getattr(trainer, "eos_token_ids", None) or [trainer.processing_class.eos_token_id]
         cap = getattr(trainer, "max_completion_length", None)

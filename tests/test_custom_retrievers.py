@@ -91,7 +91,7 @@ def _register_entry_point(site: Path, name: str, target: str) -> None:
 def test_docs_example_runs_as_written_in_python_and_every_command(work: Path) -> None:
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
            "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    script = python_blocks("retrievers.md", "A worked example")[1]
+    script = python_blocks("retrievers.md", "A worked example")[2]
     ran = subprocess.run([sys.executable, "-c", script], cwd=work, env=env, capture_output=True, text=True,
                          timeout=300)
     assert ran.returncode == 0, ran.stderr
@@ -280,3 +280,14 @@ def test_bench_counts_retriever_failures_and_exits_4(work: Path) -> None:
     assert card["average"]["n"] + 1 == json.loads((work / "clean" / "card.json").read_text())["average"]["n"]
     transcript = (work / "flaky" / "transcripts" / "nq.jsonl").read_text().splitlines()
     assert len(transcript) == 2  # the failed episode's transcript is kept
+
+
+def test_the_worked_example_runs_in_an_empty_folder_with_the_data_it_writes(tmp_path: Path) -> None:
+    """docs/retrievers.md needs nothing but itself: the retriever, the two files it writes, then its use."""
+    module, make_data, use = python_blocks("retrievers.md", "A worked example")
+    (tmp_path / "my_retriever.py").write_text(module, encoding="utf-8")
+    for script in (make_data, use):
+        ran = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True,
+                             timeout=300, env={**os.environ, "SEARCHENV_CACHE": str(tmp_path / "cache")})
+        assert ran.returncode == 0, ran.stderr[-3000:]
+    assert "'d3'" in ran.stdout, ran.stdout  # the keyword retriever found Tobin Quenn's document

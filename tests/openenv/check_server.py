@@ -30,6 +30,7 @@ from openenv.core.env_server.serialization import serialize_observation
 from openenv.core.mcp_client import MCPToolClient
 from openenv.validation.parsers.openenv_yaml import OpenEnvYamlParser
 from tests.conftest import DOCS, EXAMPLES
+from tests.doc_blocks import wait_until_healthy
 from tests.leak import SEALED, assert_no_gold, copied_answer
 
 import searchenv  # noqa: F401  (registers SearchQA-v0)
@@ -479,14 +480,7 @@ def test_the_module_level_app_serves_uvicorn_and_openenvs_generic_client(world: 
                             cwd=PACKAGE, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
-                time.sleep(0.2)
+        wait_until_healthy(proc, url)
         with GenericEnvClient(base_url=url).sync() as client:
             first = client.reset(seed=1)
             assert first.observation["example_id"] == _in_process(world, 1)["id"]

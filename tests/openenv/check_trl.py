@@ -11,14 +11,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from tests.conftest import DOCS, EXAMPLES
+from tests.doc_blocks import wait_until_healthy
 from tests.tiny_model import build_tiny_model
 
 from agents.integrations.trl import SearchQAToolEnv
@@ -44,14 +43,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
                              str(root / "idx"), "--split", "test", "--port", str(port), "--log-level", "warning"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            assert proc.poll() is None and time.monotonic() < deadline, "serve-openenv did not start"
-            time.sleep(0.2)
+    wait_until_healthy(proc, url)
     yield url, root
     proc.terminate()
     proc.wait(timeout=10)

@@ -99,6 +99,19 @@ def test_stdio_client_lists_tools_and_search_gives_cli_json_hits(index: Path) ->
     run(check, stdio_params(index))
 
 
+def wait_for_mcp(proc: subprocess.Popen[bytes], url: str, log: Path | None = None) -> None:
+    """Wait up to a minute for ``searchenv mcp --transport http`` at ``url`` to take connections."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            httpx.get(f"{url}/mcp", timeout=1.0, trust_env=False)
+            return
+        except httpx.TransportError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"server did not start: {log.read_text() if log is not None else ''}")
+            time.sleep(0.2)
+
+
 @pytest.fixture()
 def http_server(index: Path, tmp_path: Path) -> Iterator[str]:
     """`searchenv mcp --transport http` on a free port, token from SEARCHENV_TOKEN; yields its base URL."""
@@ -109,15 +122,7 @@ def http_server(index: Path, tmp_path: Path) -> Iterator[str]:
                              "--max-body-bytes", "65536"], env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                httpx.get(f"{url}/mcp", timeout=1.0, trust_env=False)
-                break
-            except httpx.TransportError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"server did not start: {(tmp_path / 'server.log').read_text()}")
-                time.sleep(0.2)
+        wait_for_mcp(proc, url, tmp_path / "server.log")
         yield url
     finally:
         proc.terminate()
@@ -379,14 +384,7 @@ def test_the_docs_launch_and_sdk_snippet_run_as_written(tmp_path: Path) -> None:
     server = subprocess.Popen([str(bin_dir / "searchenv"), *shlex.split(command)[1:], "--port", str(port)],
                               cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                httpx.get(f"http://127.0.0.1:{port}/mcp", timeout=1.0, trust_env=False)
-                break
-            except httpx.TransportError:
-                assert server.poll() is None and time.monotonic() < deadline, "the documented server did not start"
-                time.sleep(0.2)
+        wait_for_mcp(server, f"http://127.0.0.1:{port}")
         code = snippet.group(1).replace("127.0.0.1:8000", f"127.0.0.1:{port}")
         ran = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
                              timeout=120)

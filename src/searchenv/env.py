@@ -715,7 +715,6 @@ def _action_type(action: Action) -> str:
     return "answer" if isinstance(action, Answer) else "invalid"
 
 
-
 def _bounded(text: str, limit: int) -> str:
     """``text`` if it has at most ``limit`` characters, else cut to ``limit`` ending in ``[...cut]``."""
     if len(text) <= limit:

@@ -69,9 +69,6 @@ def check_evidence(retriever: Retriever, examples: Sequence[QAExample], task: st
     if key in _EVIDENCE_CHECKED:
         return
     _EVIDENCE_CHECKED.add(key)
-    import warnings
-
-    from searchenv.corpus import DataWarning
     from searchenv.retrievers.quality import evidence_warning
 
     label = str(spec) if isinstance(spec, str | os.PathLike) else type(retriever).__name__

@@ -14,11 +14,12 @@ WebSocket) to ``step`` for an environment whose action class is ``CallToolAction
 Every observation of a call (:class:`SearchQAObservation`) carries ``reward`` (the step's shaped
 reward), ``reward_terms`` (each term's contribution; they sum to the reward), ``done``, the
 tool's reply as ``result``, the new chat messages, and the step's ``info`` as ``metadata``, less
-whatever is derived from the answer until the episode ends (:func:`~searchenv.info.client_info`: the gold
-answers, EM, F1 and the summary come on the final observation only). ``reset`` takes ``seed``, ``split``, ``index`` or
-``example_id``; the same seed picks the same question as ``gymnasium.make("SearchQA-v0", ...)``
-over the same split. OpenEnv's task API (``list_splits``, ``list_tasks``, ``num_tasks``,
-``get_task``, ``get_task_range``) lists the questions (ids and text, never the answers).
+whatever is derived from the answer until the episode ends (:func:`~searchenv.info.client_info`:
+the gold answers, EM, F1 and the summary come on the final observation only). ``reset`` takes
+``seed``, ``split``, ``index`` or ``example_id``; the same seed picks the same question as
+``gymnasium.make("SearchQA-v0", ...)`` over the same split. OpenEnv's task API (``list_splits``,
+``list_tasks``, ``num_tasks``, ``get_task``, ``get_task_range``) lists the questions (ids and text,
+never the answers).
 
 One :class:`SearchQAService` per server opens the retriever once; every session takes a
 :class:`SearchQAEnv` over it from a pool and hands it back when the session closes. The app
@@ -614,7 +615,7 @@ def settings_from_environ(environ: Mapping[str, str] | None = None) -> dict[str,
             value = kind[setting](got[setting])
         except ValueError:
             raise ValueError(f"{name} must be a number, got {got[setting]!r}") from None
-        if not value > 0 or value != value:
+        if not value > 0:  # NaN is not positive either
             raise ValueError(f"{name} must be positive, got {got[setting]!r}")
         got[setting] = value
     got["corpus"] = got["corpus"] or None

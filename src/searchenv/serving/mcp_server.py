@@ -35,7 +35,6 @@ import io
 import json
 import logging
 import os
-import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar, cast
@@ -57,12 +56,11 @@ from searchenv.retrievers.index.docstore import DocStore
 from searchenv.retrievers.index.metadata import data_folder
 from searchenv.retrievers.sharded import is_sharded, read_shards
 from searchenv.serving.server import DEFAULT_ALLOWED_HOSTS, ServerLimits, _host_allowed
+from searchenv.utils import jsonsafe
 from searchenv.utils.httpclient import check_token
 from searchenv.utils.text import writable
 
 log = logging.getLogger(__name__)
-#: A surrogate escape in JSON text (paired or not) or a surrogate itself: the lines worth a closer look.
-_SURROGATE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}|[\ud800-\udfff]")
 T = TypeVar("T")
 
 INSTRUCTIONS = (
@@ -315,8 +313,10 @@ def _unreadable(line: str) -> tuple[int, str, str | int | None] | None:
         return None  # a notification gets no answer, whatever its fault
     if isinstance(value, dict) and "params" in value and not isinstance(value["params"], dict):
         return types.INVALID_REQUEST, f"params must be an object, got {type(value['params']).__name__}", request_id
-    if _SURROGATE.search(line):
-        return types.INVALID_REQUEST, "the request holds a lone surrogate (not Unicode text)", request_id
+    try:  # names the field holding a lone surrogate, as every reader of this package does
+        jsonsafe.loads(line, "the request")
+    except jsonsafe.JSONInputError as exc:
+        return types.INVALID_REQUEST, str(exc), request_id
     return types.INVALID_REQUEST, f"Invalid request: {reason}", request_id
 
 

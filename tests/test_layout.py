@@ -221,3 +221,14 @@ def test_docs_architecture_names_every_module() -> None:
     missing = [str(p.relative_to(SRC)) for package in ("searchenv", "agents") for p in _modules(package).values()
                if p.name != "__init__.py" and p.stem not in layout]
     assert missing == []
+
+
+def test_docs_pages_are_short_indexed_and_the_readme_a_front_door() -> None:
+    """Every docs page at most 20 KB and listed in docs/README.md; the README at most 15 KB."""
+    docs = SRC.parent / "docs"
+    pages = sorted(p for p in docs.rglob("*.md") if p.name != "README.md")
+    big = {str(p.relative_to(docs)): p.stat().st_size for p in pages if p.stat().st_size > 20_000}
+    assert big == {}
+    index = (docs / "README.md").read_text(encoding="utf-8")
+    assert [str(p.relative_to(docs)) for p in pages if f"({p.relative_to(docs)})" not in index] == []
+    assert (SRC.parent / "README.md").stat().st_size <= 15_000

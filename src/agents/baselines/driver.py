@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from agents.baselines.episode import Agent, EpisodeResult, EpisodeState, StepRecord
+from agents.baselines.episode import Agent, EpisodeResult, EpisodeState, StepRecord, batch_positions, run_batches
 from agents.rollout.seeds import agent_seed
 from searchenv.env import SearchQAEnv
 from searchenv.protocols import ActionProtocol, get_protocol
@@ -70,13 +70,7 @@ def run_agent(
         ValueError: For a non-positive ``batch_size``, an empty example list, or ``positions`` of
             another length.
     """
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-    if not examples:
-        raise ValueError("examples must not be empty")
-    places = list(range(len(examples))) if positions is None else [int(p) for p in positions]
-    if len(places) != len(examples):
-        raise ValueError(f"positions has {len(places)} entries for {len(examples)} examples")
+    places = batch_positions(examples, batch_size, positions)
     proto = agent.adapt_protocol(get_protocol(protocol) if isinstance(protocol, str) else protocol)
     turns_cap = max_turns if agent.max_turns is None else min(max_turns, agent.max_turns)
     kwargs = dict(env_kwargs or {})
@@ -93,16 +87,14 @@ def run_agent(
         )
         for _ in range(n_envs)
     ]
-    records: list[EpisodeResult] = []
-    for start in range(0, len(examples), n_envs):
-        batch = list(zip(places[start : start + n_envs], examples[start : start + n_envs], strict=True))
-        done = _run_batch(agent, envs[: len(batch)], batch, retriever, top_k, seed)
-        records.extend(done)
-        if on_records is not None:
-            on_records([(pos, rec) for (pos, _), rec in zip(batch, done, strict=True)])
-        if on_batch is not None:
-            on_batch(len(records))
-    return records
+    return run_batches(
+        examples,
+        places,
+        n_envs,
+        lambda batch: _run_batch(agent, envs[: len(batch)], batch, retriever, top_k, seed),
+        on_records=on_records,
+        on_batch=on_batch,
+    )
 
 
 def _run_batch(

@@ -1,13 +1,14 @@
 """What an agent sees and returns: turns, episode state, the ``Agent`` protocol, a finished episode.
 
-Types only (a leaf module): the driver, the scripted agents and the LLM agents all import them
-from here, so none of them needs another.
+Types, and the batching loop both batched runners share (:func:`batch_positions`,
+:func:`run_batches`), in a leaf module: the driver, the pipelines, the scripted agents and the
+LLM agents all import them from here, so none of them needs another.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -215,6 +216,69 @@ class EpisodeResult:
                    None if data["answer"] is None else str(data["answer"]), list(data["messages"]),
                    list(data["steps"]), dict(data["metrics"]), None if error is None else str(error))
 
+
+def batch_positions(examples: Sequence[QAExample], batch_size: int, positions: Sequence[int] | None) -> list[int]:
+    """Check the arguments of a batched run and give each example's position in the whole run.
+
+    Shared by :func:`~agents.baselines.driver.run_agent` and
+    :func:`~agents.baselines.pipelines.run_pipeline`.
+
+    Args:
+        examples: The questions, in order.
+        batch_size: Episodes in flight at once.
+        positions: Each example's position in the whole run (None: ``0, 1, ...``).
+
+    Returns:
+        One position per example, in order.
+
+    Raises:
+        ValueError: For a non-positive ``batch_size``, an empty example list, or ``positions`` of
+            another length.
+    """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    if not examples:
+        raise ValueError("examples must not be empty")
+    places = list(range(len(examples))) if positions is None else [int(p) for p in positions]
+    if len(places) != len(examples):
+        raise ValueError(f"positions has {len(places)} entries for {len(examples)} examples")
+    return places
+
+
+def run_batches(
+    examples: Sequence[QAExample],
+    places: Sequence[int],
+    size: int,
+    run_batch: Callable[[list[tuple[int, QAExample]]], list[EpisodeResult]],
+    *,
+    on_records: Callable[[list[tuple[int, EpisodeResult]]], None] | None = None,
+    on_batch: Callable[[int], None] | None = None,
+) -> list[EpisodeResult]:
+    """Run the examples ``size`` at a time, in order, and collect their records.
+
+    Args:
+        examples: The questions, in order.
+        places: Each example's position in the whole run (:func:`batch_positions`).
+        size: Examples per batch (a positive integer).
+        run_batch: Runs one batch of ``(position, example)`` pairs and returns one record per pair,
+            in order.
+        on_records: Called after each batch with its ``(position, record)`` pairs.
+        on_batch: Called after each batch (after ``on_records``) with the number of episodes
+            finished so far.
+
+    Returns:
+        One record per example, in order.
+    """
+    records: list[EpisodeResult] = []
+    for start in range(0, len(examples), size):
+        batch = list(zip(places[start : start + size], examples[start : start + size], strict=True))
+        done = run_batch(batch)
+        records.extend(done)
+        if on_records is not None:
+            on_records([(pos, rec) for (pos, _), rec in zip(batch, done, strict=True)])
+        if on_batch is not None:
+            on_batch(len(records))
+    return records
 
 
 def with_system_prompt(protocol: ActionProtocol, text: str) -> ActionProtocol:

@@ -80,12 +80,7 @@ class LLMAgent:
         temperature: float = 0.0,
         top_p: float = 1.0,
     ) -> None:
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
-        if max_turns is not None and (not isinstance(max_turns, int) or max_turns < 1):
-            raise ValueError(f"max_turns must be a positive integer or None, got {max_turns!r}")
-        if temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {temperature!r}")
+        _check_generation(max_new_tokens, temperature, max_turns)
         self.name = name
         self.policy = policy
         self.system_prompt = system_prompt
@@ -340,3 +335,21 @@ def _generations_or_failures(
     return gens, [None] * len(gens)
 
 
+def _check_generation(max_new_tokens: int, temperature: float, max_turns: int | None = None) -> None:
+    """Refuse generation settings of a model-played agent (:class:`LLMAgent`) or role (``LLMRole``).
+
+    Args:
+        max_new_tokens: Generation cap per output: a positive integer.
+        temperature: Sampling temperature: at least 0.
+        max_turns: The agent's own turn budget: a positive integer, or None.
+
+    Raises:
+        ValueError: Naming the first setting refused, checked in the order ``max_new_tokens``,
+            ``max_turns``, ``temperature``.
+    """
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+    if max_turns is not None and (not isinstance(max_turns, int) or max_turns < 1):
+        raise ValueError(f"max_turns must be a positive integer or None, got {max_turns!r}")
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature!r}")

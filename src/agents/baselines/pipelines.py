@@ -39,8 +39,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from agents.baselines.episode import EpisodeResult, Turn
-from agents.baselines.llm import _generations_or_failures
+from agents.baselines.episode import EpisodeResult, Turn, batch_positions, run_batches
+from agents.baselines.llm import _check_generation, _generations_or_failures
 from agents.policies.base import ChatPolicy, Policy
 from agents.rollout.seeds import agent_seed
 from searchenv.metrics import answer_in_text, normalize_answer
@@ -177,10 +177,7 @@ class LLMRole:
 
     def __init__(self, policy: Policy | ChatPolicy, *, name: str = "llm", max_new_tokens: int = 64,
                  temperature: float = 0.0, top_p: float = 1.0) -> None:
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
-        if temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {temperature!r}")
+        _check_generation(max_new_tokens, temperature)
         self.policy = policy
         self.name = name
         self.max_new_tokens = max_new_tokens
@@ -369,26 +366,13 @@ def run_pipeline(
     Raises:
         ValueError: For a non-positive ``batch_size``, no examples, or ``positions`` of another length.
     """
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-    if not examples:
-        raise ValueError("examples must not be empty")
-    places = list(range(len(examples))) if positions is None else [int(p) for p in positions]
-    if len(places) != len(examples):
-        raise ValueError(f"positions has {len(places)} entries for {len(examples)} examples")
+    places = batch_positions(examples, batch_size, positions)
     n = min(batch_size, len(examples))
     episodes = [RoleEpisode(roles=pipeline.roles, top_k=top_k, reward=reward, **dict(env_kwargs or {}))
                 for _ in range(n)]
-    records: list[EpisodeResult] = []
-    for start in range(0, len(examples), n):
-        batch = list(zip(places[start : start + n], examples[start : start + n], strict=True))
-        done = _run_batch(pipeline, episodes[: len(batch)], batch, retriever, seed, on_turn)
-        records.extend(done)
-        if on_records is not None:
-            on_records([(pos, rec) for (pos, _), rec in zip(batch, done, strict=True)])
-        if on_batch is not None:
-            on_batch(len(records))
-    return records
+    return run_batches(examples, places, n,
+                       lambda batch: _run_batch(pipeline, episodes[: len(batch)], batch, retriever, seed, on_turn),
+                       on_records=on_records, on_batch=on_batch)
 
 
 def _search(episodes: Sequence[RoleEpisode], live: Sequence[int], retriever: Retriever,

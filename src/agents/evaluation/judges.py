@@ -147,12 +147,8 @@ def parse_relevance_score(text: str, scale: int = 10) -> float | None:
         return 0.5
     if _POSITIVE_RE.search(body):
         return 1.0
-    yes, no = _YES_RE.search(body), _NO_RE.search(body)
-    if yes and (not no or yes.start() < no.start()):
-        return 1.0
-    if no:
-        return 0.0
-    return None
+    verdict = _yes_or_no(body)
+    return None if verdict is None else float(verdict)
 
 
 def parse_verdict(text: str) -> bool | None:
@@ -164,7 +160,11 @@ def parse_verdict(text: str) -> bool | None:
     Returns:
         True, False, or None when neither appears.
     """
-    body = _after_reasoning(text)
+    return _yes_or_no(_after_reasoning(text))
+
+
+def _yes_or_no(body: str) -> bool | None:
+    """The first of yes/correct/true (True) or no/incorrect/false (False) in ``body``, or None."""
     yes, no = _YES_RE.search(body), _NO_RE.search(body)
     if yes and (not no or yes.start() < no.start()):
         return True

@@ -380,7 +380,7 @@ def main(argv: list[str] | None = None) -> None:
         f"Load average {load_start[0]:.2f} before, {load_end[0]:.2f} after.",
         "",
         f"Fastest of HFPolicy's loops at fixed length: {best}, {ours[best]:,.0f} generated tokens/s "
-        f"(issue 39's goal on one H100/H200 at 128 rows: 20,000).",
+        f"(the goal on one H100/H200 at 128 rows: 20,000).",
         "",
         "Fixed-shape decode steps: graph captures in each call (the warm-up call, then each repeat: one "
         "capture per bucket in all), and the last call's counters"

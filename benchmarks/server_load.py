@@ -21,7 +21,7 @@ packaged encoder and encodes every query with it and searches the 100,000 x 384 
 Client and server share the machine's cores, so the client's own cost is part of the numbers.
 
 With ``--never-read N [N ...]`` it measures instead what clients that never read do to everyone
-else (issue 31): for each N, ``--clients`` normal clients (one query per request, as above) and a
+else: for each N, ``--clients`` normal clients (one query per request, as above) and a
 ``/health`` probe every 0.25 s run for one second, then N clients connect at once, each with a 4 kB
 receive buffer, send one request of ``--never-read-queries`` queries at ``topk`` 100 (about 9 MB
 answered on the default index) and read nothing for ``--duration`` seconds; then they disconnect,

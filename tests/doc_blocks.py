@@ -45,11 +45,20 @@ def python_blocks(page: str, heading: str) -> list[str]:
     Raises:
         ValueError: If no section's heading starts so.
     """
+    return code_blocks(page, heading, "python")
+
+
+def code_blocks(page: str, heading: str, language: str) -> list[str]:
+    """The ``language`` blocks of ``docs/<page>``'s section whose ``## `` heading starts with ``heading``.
+
+    Raises:
+        ValueError: If no section's heading starts so.
+    """
     text = (ROOT / "docs" / page).read_text(encoding="utf-8")
     if f"\n## {heading}" not in text:
         raise ValueError(f"docs/{page} has no section headed {heading!r}")
     body = text.split(f"\n## {heading}", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```python\n(.*?)```", body, re.S)
+    return re.findall(rf"```{re.escape(language)}\n(.*?)```", body, re.S)
 
 
 def free_port() -> int:

@@ -22,7 +22,7 @@ from searchenv.cli import get_app
 from searchenv.corpus import write_corpus
 from searchenv.tasks import write_qa_jsonl
 from tests.conftest import DOCS, EXAMPLES
-from tests.doc_blocks import ROOT, bash_commands, free_port, python_blocks, wait_until_healthy
+from tests.doc_blocks import ROOT, bash_commands, code_blocks, free_port, python_blocks, wait_until_healthy
 
 BENCH = ROOT / "tests" / "fixtures" / "bench" / "search-r1"
 BIN = Path(sys.executable).parent
@@ -144,6 +144,35 @@ def test_module_class_in_gym_make_eval_and_eval_retrieval(work: Path) -> None:
     assert result.exit_code == 0, result.output
     (quality,) = json.loads((work / "quality.json").read_text())["results"]
     assert quality["name"] == "my_retriever:KeywordRetriever"
+
+
+@pytest.mark.slow
+def test_the_named_retriever_section_installs_and_runs_as_written(work: Path) -> None:
+    """"Give it a name": its pyproject.toml, `pip install -e .` and the command, run as written.
+
+    The install goes into a throwaway virtual environment that sees this one's packages (a .pth
+    file), so the suite's own environment is left as it was.
+    """
+    (work / "pyproject.toml").write_text(code_blocks("retrievers.md", "Give it a name", "toml")[0], encoding="utf-8")
+    venv = work / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next((venv / "lib").glob("python*/site-packages"))
+    suite_sites = [p for p in sys.path if p.endswith("site-packages")]
+    (site / "searchenv_suite.pth").write_text(f"import site; list(map(site.addsitedir, {suite_sites!r}))\n")
+    script = (BIN / "searchenv").read_text(encoding="utf-8").split("\n", 1)[1]
+    (venv / "bin" / "searchenv").write_text(f"#!{venv / 'bin' / 'python'}\n{script}", encoding="utf-8")
+    (venv / "bin" / "searchenv").chmod(0o755)
+    (venv / "bin" / "pip").write_text(f"#!/bin/sh\nexec {venv / 'bin' / 'python'} -m pip \"$@\"\n", encoding="utf-8")
+    (venv / "bin" / "pip").chmod(0o755)
+    env = {**os.environ, "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": ""}
+    env.pop("VIRTUAL_ENV", None)
+    outputs = []
+    for command in bash_commands("retrievers.md", "Give it a name"):
+        done = subprocess.run(command, shell=True, cwd=work, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, f"{command}\n{done.stdout}\n{done.stderr}"
+        outputs.append(done.stdout)
+    assert list(site.glob("my_retriever-0.1.0.dist-info")), "pip did not install the package into the throwaway venv"
+    assert "heuristic" in outputs[-1] and "EM" in outputs[-1], outputs[-1]
 
 
 def test_an_entry_point_name_in_gym_make_eval_bench_and_eval_retrieval(work: Path) -> None:

@@ -26,7 +26,7 @@ from searchenv.utils.moved import register_moves, renamed_names
 if TYPE_CHECKING:
     from searchenv.env import SearchQAEnv
 
-#: Modules that moved in the house redesign (issue 40): old dotted name -> new one. The old names
+#: Modules that moved (CHANGELOG.md): old dotted name -> new one. The old names
 #: keep importing (with a DeprecationWarning) for one release.
 MOVED_MODULES = {
     "searchenv.verifiers": "searchenv.rewards.verifiers",

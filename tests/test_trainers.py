@@ -343,3 +343,44 @@ def test_sft_never_learns_from_a_demonstration_the_retriever_failed_in(tmp_path:
     samples, stats = load_demos(_sft_cfg(tmp_path, qa_file, corpus_file, demos=str(demos), successful_only=False),
                                 tiny_policy(seed=0))
     assert len(samples) == 2 and stats["demos_kept"] == 2.0 and stats["demos_infra_errors"] == 3.0
+
+
+def test_shuffled_minibatches_draw_one_permutation_per_pass_and_skip_empty_parts() -> None:
+    import numpy as np
+
+    from agents.trainers.rl_run import shuffled_minibatches
+
+    items = ["a", "b", "c"]
+    gen, ref = np.random.default_rng(7), np.random.default_rng(7)
+    got = list(shuffled_minibatches(items, gen, 2, 4))
+    want = []
+    for _ in range(2):  # the draws the trainers made inline before: one permutation per pass
+        want += [[items[i] for i in part] for part in np.array_split(ref.permutation(len(items)), 4) if len(part)]
+    assert got == want and len(got) == 6 and all(got)
+    assert gen.random() == ref.random()  # nothing else drawn
+
+
+def test_add_kl_penalty_adds_the_weighted_aggregated_estimate() -> None:
+    from agents.trainers.losses import add_kl_penalty, aggregate, kl_estimate
+
+    lp = torch.tensor([[-1.0, -2.0, -0.5], [-0.3, -0.7, -1.1]])
+    ref = torch.tensor([[-1.2, -1.5, -0.4], [-0.9, -0.2, -1.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
+    loss = torch.tensor(0.25)
+    same, zero = add_kl_penalty(loss, lp, None, mask, 0.1)
+    assert same is loss and zero == 0.0
+    out, kl = add_kl_penalty(loss, lp, ref, mask, 0.1, "k3", "sequence")
+    want = aggregate(kl_estimate(lp, ref, "k3"), mask, "sequence")
+    assert torch.equal(out, loss + 0.1 * want) and kl == float(want)
+
+
+def test_ppo_and_mappo_configs_validate_their_value_settings_alike() -> None:
+    from agents.trainers.mappo import MAPPOConfig
+    from agents.trainers.ppo import PPOConfig
+
+    for cls in (PPOConfig, MAPPOConfig):
+        cfg = cls(batch_size=3, samples_per_question=2)
+        assert cfg.episodes_per_step == 6 and (cfg.epochs, cfg.minibatches, cfg.kl_coef) == (2, 2, 0.0)
+        for name, bad in (("value_clip", float("nan")), ("vf_coef", -1.0), ("value_learning_rate", 0.0)):
+            with pytest.raises(ValueError, match=name):
+                cls(**{name: bad})

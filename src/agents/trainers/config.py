@@ -260,6 +260,44 @@ class RLConfig(TrainConfig):
             raise ValueError(f"temperature must be > 0 for {type(self).__name__} (on-policy sampling needs variance)")
 
 
+@dataclass
+class ActorCriticConfig(RLConfig):
+    """Fields shared by the RL trainers with a value head (PPO, MAPPO): samples per question, the value loss.
+
+    A step samples ``samples_per_question`` episodes of each of its ``batch_size`` questions; the
+    defaults: 8 questions, 2 epochs, 2 minibatches, no KL term.
+    """
+
+    batch_size: int = field(default=8, metadata=_help("Questions per step."))
+    epochs: int = field(default=2, metadata=_help("Optimisation passes over each step's episodes."))
+    minibatches: int = field(default=2, metadata=_help("Optimizer steps per pass (episodes split evenly)."))
+    kl_coef: float = field(default=0.0, metadata=_help("Weight of the KL-to-reference term (0: no reference)."))
+    samples_per_question: int = field(default=1, metadata=_help("Episodes sampled per question."))
+    value_clip: float | None = field(default=0.2, metadata=_help("Value clipping range (None: no clipping)."))
+    vf_coef: float = field(default=0.5, metadata=_help("Weight of the value loss."))
+    value_learning_rate: float = field(default=1e-4, metadata=_help("Learning rate of the value head."))
+
+    @property
+    def episodes_per_step(self) -> int:
+        """``batch_size`` questions x ``samples_per_question``."""
+        return self.batch_size * self.samples_per_question
+
+    def __post_init__(self) -> None:
+        """Validate (see :class:`RLConfig`).
+
+        Raises:
+            ValueError: Naming the bad field, its value and the reason.
+        """
+        _positive_int(self, "samples_per_question")  # before RLConfig's checks, which use episodes_per_step
+        super().__post_init__()
+        if self.value_clip is not None and not self.value_clip > 0:
+            raise ValueError(f"value_clip must be positive or None, got {self.value_clip!r}")
+        if not self.vf_coef >= 0:
+            raise ValueError(f"vf_coef must be >= 0, got {self.vf_coef!r}")
+        if not self.value_learning_rate > 0:
+            raise ValueError(f"value_learning_rate must be positive, got {self.value_learning_rate!r}")
+
+
 def read_config_file(path: str | Path) -> dict[str, Any]:
     """Parse a ``.json`` or ``.toml`` config file into a dict (TOML may nest fields under ``[train]``)."""
     p = Path(path)

@@ -179,6 +179,35 @@ def kl_estimate(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kind: str = 
     raise ValueError(f"KL estimator must be one of {KL_ESTIMATORS}, got {kind!r}")
 
 
+def add_kl_penalty(
+    loss: torch.Tensor,
+    logprobs: torch.Tensor,
+    ref_logprobs: torch.Tensor | None,
+    mask: torch.Tensor,
+    coef: float,
+    estimator: str = "k3",
+    aggregation: str = "token",
+) -> tuple[torch.Tensor, float]:
+    """``loss + coef * KL``, the KL to the reference estimated per token (:func:`kl_estimate`) and aggregated.
+
+    Args:
+        loss: The loss so far.
+        logprobs: Log-probs of the taken tokens under the trained policy, ``[B, T]`` (with gradient).
+        ref_logprobs: Their log-probs under the reference policy, or None for no KL term.
+        mask: 1 on the tokens that count.
+        coef: Weight of the KL term.
+        estimator: See :func:`kl_estimate`.
+        aggregation: See :func:`aggregate`.
+
+    Returns:
+        The loss with the KL term, and the KL (detached; 0.0, and ``loss`` itself, without a reference).
+    """
+    if ref_logprobs is None:
+        return loss, 0.0
+    kl = aggregate(kl_estimate(logprobs, ref_logprobs, estimator), mask, aggregation)
+    return loss + coef * kl, float(kl.detach())
+
+
 def value_loss(
     values: torch.Tensor,
     old_values: torch.Tensor,

@@ -25,7 +25,6 @@ Start from the warm start (``searchenv train mappo-sft``, :mod:`agents.trainers.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -36,18 +35,18 @@ import torch
 from agents.devices import model_device
 from agents.rollout.seeds import STEP_SALTS, step_seed
 from agents.trainers.advantages import role_advantages
-from agents.trainers.config import RLConfig, _help, _positive_int
-from agents.trainers.losses import aggregate, clipped_policy_loss, kl_estimate, masked_mean, value_loss
+from agents.trainers.config import ActorCriticConfig, _help
+from agents.trainers.losses import add_kl_penalty, clipped_policy_loss, masked_mean, value_loss
 from agents.trainers.mappo_sft import RoleEpisodeSettings
-from agents.trainers.metrics import Timer, stats
+from agents.trainers.metrics import stats
 from agents.trainers.models import refresh_generation_copy
-from agents.trainers.rl_run import ValueHead, open_rl_run
+from agents.trainers.rl_run import ValueHead, open_rl_run, reference_logprobs
 from agents.trainers.samples import Sample, forward_logprobs, micro_batches, pad_extra, pad_samples
 
 
 @dataclass
-class MAPPOConfig(RLConfig, RoleEpisodeSettings):
-    """MAPPO hyper-parameters on top of :class:`RLConfig` and the episode's settings.
+class MAPPOConfig(ActorCriticConfig, RoleEpisodeSettings):
+    """MAPPO hyper-parameters on top of :class:`~agents.trainers.config.ActorCriticConfig` and the episode's settings.
 
     ``protocol`` and ``max_turns`` do not apply (each role acts once, in its own format);
     ``max_new_tokens`` caps each role's output; ``reward`` is the shared reward.
@@ -57,33 +56,13 @@ class MAPPOConfig(RLConfig, RoleEpisodeSettings):
     reward: str | dict[str, float] = field(default="f1", metadata=_help(
         "Shared reward: f1 (the paper's) | em | contains | a SearchQA-v0 preset or {term: weight}."))
     max_new_tokens: int = field(default=64, metadata=_help("Tokens each role generates at most."))
-    batch_size: int = field(default=8, metadata=_help("Questions per step."))
-    samples_per_question: int = field(default=1, metadata=_help("Episodes sampled per question."))
-    epochs: int = field(default=2, metadata=_help("Optimisation passes over each step's episodes."))
-    minibatches: int = field(default=2, metadata=_help("Optimizer steps per pass (episodes split evenly)."))
-    kl_coef: float = field(default=0.0, metadata=_help("Weight of the KL-to-reference term (0: no reference)."))
-    value_clip: float | None = field(default=0.2, metadata=_help("Value clipping range (None: no clipping)."))
-    vf_coef: float = field(default=0.5, metadata=_help("Weight of the value loss."))
-    value_learning_rate: float = field(default=1e-4, metadata=_help("Learning rate of the value head."))
     whiten_advantages: bool = field(default=True, metadata=_help("Normalise advantages over the step's decisions."))
     train_roles: list[str] | None = field(default=None, metadata=_help(
         "Roles whose tokens are trained (None: every role); the others act but are frozen (mask 0)."))
 
-    @property
-    def episodes_per_step(self) -> int:
-        """``batch_size`` questions x ``samples_per_question``."""
-        return self.batch_size * self.samples_per_question
-
     def __post_init__(self) -> None:
-        """Validate (see :class:`RLConfig`); the episode settings by building one episode."""
-        _positive_int(self, "samples_per_question")  # before RLConfig's checks, which use episodes_per_step
+        """Validate (see :class:`~agents.trainers.config.ActorCriticConfig`); the episode settings by building one."""
         super().__post_init__()
-        if self.value_clip is not None and not self.value_clip > 0:
-            raise ValueError(f"value_clip must be positive or None, got {self.value_clip!r}")
-        if not self.vf_coef >= 0:
-            raise ValueError(f"vf_coef must be >= 0, got {self.vf_coef!r}")
-        if not self.value_learning_rate > 0:
-            raise ValueError(f"value_learning_rate must be positive, got {self.value_learning_rate!r}")
         self.check_episode(self.reward)
         if self.train_roles is not None:
             wanted = list(self.train_roles) if isinstance(self.train_roles, (list, tuple)) else None
@@ -225,17 +204,11 @@ def train_mappo(
                       value_learning_rate=cfg.value_learning_rate)
     policy, model = run.policy, run.model
     head = run.value_head
-    last: dict[str, Any] = run.last
 
-    step = run.start
-    for step in range(run.start + 1, cfg.steps + 1):
-        timer = Timer()
-        t_step = time.perf_counter()
-        qidx = run.order.take(cfg.batch_size)
-        model.eval()
+    for step in run.steps():
+        timer, questions = run.begin_step()
         with timer("generation"):
-            played, records = collect_episodes(policy, [run.examples[i] for i in qidx], run.retriever, cfg,
-                                               reward=reward,
+            played, records = collect_episodes(policy, questions, run.retriever, cfg, reward=reward,
                                                seed=step_seed(cfg.seed, step, STEP_SALTS["mappo"]))
         model.train()
         _freeze_roles(played, cfg.trained_roles)
@@ -247,23 +220,19 @@ def train_mappo(
                 _prepare_targets(episodes, policy, head, run.ref_model, cfg, run.pad_id)
                 if on_episodes is not None:
                     on_episodes(step, episodes)
-                for _epoch in range(cfg.epochs):
-                    perm = run.gen.permutation(len(episodes))
-                    for mb_idx in np.array_split(perm, cfg.minibatches):
-                        if len(mb_idx):
-                            _minibatch_update([episodes[i] for i in mb_idx], model, head, run.all_params,
-                                              run.optimizer, run.scheduler,
-                                              cfg, run.pad_id, upd)
+                for mb in run.minibatches(episodes):
+                    _minibatch_gradients(mb, model, head, cfg, run.pad_id, upd)
+                    run.step_optimizer()
+                    upd.updates += 1
                 refresh_generation_copy(policy)
         last = {"step": step, **_step_metrics(cfg, played, episodes, upd), "lr": run.scheduler.get_last_lr()[0],
                 "failed_episodes": sum(r.error is not None for r in records),
-                "seconds": {**timer.seconds, "total": time.perf_counter() - t_step}}
+                "seconds": timer.totals()}
         run.record(last, {"reward": f"{last['reward_mean']:.3f}", "f1": f"{last['f1']:.2f}"},
                    ("step", "reward_mean", "f1", "vf_loss"))
         if run.save_or_stop(step, stop_after is not None and step >= stop_after):
             break
-    run.bar.close()
-    return {"step": step, "last": last, "run_dir": str(run.run_dir), "policy": policy, "value_head": head}
+    return run.finish()
 
 
 def _freeze_roles(episodes: Sequence[TeamEpisode | None], trained: Sequence[str]) -> None:
@@ -294,13 +263,7 @@ def _prepare_targets(episodes: Sequence[TeamEpisode], policy: Any, head: ValueHe
     for mb in micro_batches(turns, cfg.micro_batch_size):
         padded = pad_samples(mb, pad_id, model_device(model))
         old = forward_logprobs(model, padded, temperature=cfg.temperature, bf16=cfg.bf16).logprobs.cpu()
-        ref = None
-        if cfg.kl_coef > 0:
-            if ref_model is not None:
-                ref = forward_logprobs(ref_model, padded, temperature=cfg.temperature, bf16=cfg.bf16).logprobs
-            else:
-                with model.disable_adapter():
-                    ref = forward_logprobs(model, padded, temperature=cfg.temperature, bf16=cfg.bf16).logprobs
+        ref = reference_logprobs(model, ref_model, padded, cfg) if cfg.kl_coef > 0 else None
         ref_lp = None if ref is None else ref.cpu()
         for i, s in enumerate(mb):
             s.extras["old_logprobs"] = old[i, : len(s.ids)].tolist()
@@ -380,10 +343,9 @@ class _Update:
         return out
 
 
-def _minibatch_update(mb: Sequence[TeamEpisode], model: Any, head: ValueHead, params: Sequence[torch.nn.Parameter],
-                      opt: torch.optim.Optimizer, sched: torch.optim.lr_scheduler.LambdaLR, cfg: MAPPOConfig,
-                      pad_id: int, upd: _Update) -> None:
-    """One optimizer step: the clipped surrogate of every role's tokens, then the centralised value loss."""
+def _minibatch_gradients(mb: Sequence[TeamEpisode], model: Any, head: ValueHead, cfg: MAPPOConfig, pad_id: int,
+                         upd: _Update) -> None:
+    """Accumulate a minibatch's gradients: every role's clipped surrogate, then the centralised value loss."""
     device = model_device(model)
     turns = [t for e in mb for t in e.turns if t.num_policy_tokens]
     tok_total = sum(t.num_policy_tokens for t in turns)
@@ -402,12 +364,8 @@ def _minibatch_update(mb: Sequence[TeamEpisode], model: Any, head: ValueHead, pa
             weight = (tokens / max(tok_total, 1) if cfg.aggregation == "token"
                       else float(rows.sum()) / max(len(turns), 1))
             pg, st = clipped_policy_loss(out.logprobs, old, adv, mask, cfg.clip_low, cfg.clip_high, cfg.aggregation)
-            role_loss = pg
-            kl_val = 0.0
-            if ref is not None:
-                kl = aggregate(kl_estimate(out.logprobs, ref, cfg.kl_estimator), mask, cfg.aggregation)
-                role_loss = role_loss + cfg.kl_coef * kl
-                kl_val = float(kl.detach())
+            role_loss, kl_val = add_kl_penalty(pg, out.logprobs, ref, mask, cfg.kl_coef, cfg.kl_estimator,
+                                               cfg.aggregation)
             loss = loss + role_loss * weight
             entropy = float(-masked_mean(out.logprobs.detach(), mask))
             upd.add_role(role, tokens, {"pg_loss": float(pg.detach()), "kl": kl_val, "approx_kl": st.approx_kl,
@@ -431,12 +389,6 @@ def _minibatch_update(mb: Sequence[TeamEpisode], model: Any, head: ValueHead, pa
         upd.vf["vf_clip_fraction"] += vf_clip * n
         upd.vf["value_mean"] += float(masked_mean(values.detach(), vmask)) * n
         upd.decisions += n
-    if cfg.max_grad_norm is not None:
-        torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-    opt.step()
-    sched.step()
-    opt.zero_grad(set_to_none=True)
-    upd.updates += 1
 
 
 def _step_metrics(cfg: MAPPOConfig, played: Sequence[TeamEpisode | None], trained: Sequence[TeamEpisode],

@@ -87,10 +87,20 @@ def _jsonable(x: Any) -> Any:
 
 
 class Timer:
-    """Accumulates wall seconds per named phase: ``with timer("generation"): ...``."""
+    """Accumulates wall seconds per named phase: ``with timer("generation"): ...``.
+
+    Attributes:
+        seconds: Seconds per phase.
+        started: When the timer was made (``time.perf_counter``): :meth:`totals` counts from there.
+    """
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
+        self.started = time.perf_counter()
+
+    def totals(self) -> dict[str, float]:
+        """The seconds per phase, then ``total``: the seconds since the timer was made."""
+        return {**self.seconds, "total": time.perf_counter() - self.started}
 
     @contextlib.contextmanager
     def __call__(self, name: str) -> Iterator[None]:

@@ -1,4 +1,4 @@
-"""Optimizer and learning-rate schedule of the trainers."""
+"""Optimizer, learning-rate schedule and optimizer step of the trainers."""
 
 from __future__ import annotations
 
@@ -64,3 +64,40 @@ def make_scheduler(
     return torch.optim.lr_scheduler.LambdaLR(
         opt, lr_lambda(cfg.lr_schedule, cfg.warmup_steps, total_optimizer_steps)
     )
+
+
+def gradient_norm(params: Sequence[torch.nn.Parameter], max_norm: float | None) -> float:
+    """The global L2 norm of the gradients of ``params``, clipping them to ``max_norm`` first when it is set.
+
+    Args:
+        params: The parameters.
+        max_norm: Clip the gradients to this global norm; None: leave them.
+
+    Returns:
+        The norm before clipping.
+    """
+    if max_norm is None:
+        sq = sum(float(p.grad.detach().pow(2).sum()) for p in params if p.grad is not None)
+        return float(sq**0.5)
+    return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+
+
+def optimizer_step(
+    params: Sequence[torch.nn.Parameter],
+    opt: torch.optim.Optimizer,
+    sched: torch.optim.lr_scheduler.LambdaLR,
+    max_grad_norm: float | None,
+) -> None:
+    """One optimizer step on the accumulated gradients, then the schedule's; the gradients are dropped.
+
+    Args:
+        params: The parameters whose gradients are clipped.
+        opt: The optimizer.
+        sched: Its learning-rate schedule.
+        max_grad_norm: Clip the gradients to this global norm first; None: no clipping.
+    """
+    if max_grad_norm is not None:
+        torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+    opt.step()
+    sched.step()
+    opt.zero_grad(set_to_none=True)

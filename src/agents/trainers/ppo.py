@@ -12,7 +12,6 @@ Read top to bottom: config, value head, then :func:`train_ppo`.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,53 +22,27 @@ import torch
 from agents.devices import model_device
 from agents.rollout.seeds import STEP_SALTS, step_seed
 from agents.trainers.advantages import gae
-from agents.trainers.config import RLConfig, _help, _positive_int
+from agents.trainers.config import ActorCriticConfig, _help
 from agents.trainers.episodes import episode_metrics, run_rollouts
-from agents.trainers.losses import (
-    aggregate,
-    clipped_policy_loss,
-    kl_estimate,
-    masked_mean,
-    masked_whiten,
-    value_loss,
-)
-from agents.trainers.metrics import Timer
+from agents.trainers.losses import add_kl_penalty, clipped_policy_loss, masked_mean, masked_whiten, value_loss
 from agents.trainers.models import refresh_generation_copy
-from agents.trainers.rl_run import ValueHead, open_rl_run  # ValueHead: re-exported
+from agents.trainers.rl_run import ValueHead, open_rl_run, reference_logprobs  # ValueHead: re-exported
 from agents.trainers.samples import Sample, forward_logprobs, micro_batches, pad_extra, pad_samples
 
 
 @dataclass
-class PPOConfig(RLConfig):
-    """PPO hyper-parameters on top of :class:`RLConfig`."""
+class PPOConfig(ActorCriticConfig):
+    """PPO hyper-parameters on top of :class:`~agents.trainers.config.ActorCriticConfig`."""
 
-    batch_size: int = field(default=8, metadata=_help("Questions per step."))
-    epochs: int = field(default=2, metadata=_help("Optimisation passes over each step's episodes."))
     minibatches: int = field(default=2, metadata=_help("Optimizer steps per pass."))
     kl_coef: float = field(default=0.0, metadata=_help("Weight of the KL-to-reference loss term."))
-    samples_per_question: int = field(default=1, metadata=_help("Episodes sampled per question."))
-    value_clip: float | None = field(default=0.2, metadata=_help("Value clipping range (None: no clipping)."))
-    vf_coef: float = field(default=0.5, metadata=_help("Weight of the value loss."))
-    value_learning_rate: float = field(default=1e-4, metadata=_help("Learning rate of the value head."))
     gamma: float = field(default=1.0, metadata=_help("Discount per policy token."))
     lam: float = field(default=0.95, metadata=_help("GAE lambda."))
     whiten_advantages: bool = field(default=True, metadata=_help("Normalise advantages over the batch."))
 
-    @property
-    def episodes_per_step(self) -> int:
-        """``batch_size`` questions x ``samples_per_question``."""
-        return self.batch_size * self.samples_per_question
-
     def __post_init__(self) -> None:
-        """Validate (see :class:`RLConfig`)."""
-        _positive_int(self, "samples_per_question")  # before RLConfig's checks, which use episodes_per_step
+        """Validate (see :class:`~agents.trainers.config.ActorCriticConfig`)."""
         super().__post_init__()
-        if self.value_clip is not None and self.value_clip <= 0:
-            raise ValueError(f"value_clip must be positive or None, got {self.value_clip!r}")
-        if self.vf_coef < 0:
-            raise ValueError(f"vf_coef must be >= 0, got {self.vf_coef!r}")
-        if self.value_learning_rate <= 0:
-            raise ValueError(f"value_learning_rate must be positive, got {self.value_learning_rate!r}")
         for name in ("gamma", "lam"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)!r}")
@@ -127,16 +100,11 @@ def train_ppo(
                       value_learning_rate=cfg.value_learning_rate)
     policy, model = run.policy, run.model
     head = run.value_head
-    last: dict[str, Any] = run.last
 
-    step = run.start
-    for step in range(run.start + 1, cfg.steps + 1):
-        timer = Timer()
-        t_step = time.perf_counter()
-        qidx = run.order.take(cfg.batch_size)
-        model.eval()
+    for step in run.steps():
+        timer, questions = run.begin_step()
         episodes = run_rollouts(
-            policy, [run.examples[i] for i in qidx], run.retriever, cfg, group_size=cfg.samples_per_question,
+            policy, questions, run.retriever, cfg, group_size=cfg.samples_per_question,
             seed=step_seed(cfg.seed, step, STEP_SALTS["ppo"]), timer=timer, reward=reward,
         )
         model.train()
@@ -149,41 +117,21 @@ def train_ppo(
         with timer("training"):
             if samples:
                 _prepare_targets(samples, policy, head, run.ref_model, cfg, run.pad_id)
-                for _epoch in range(cfg.epochs):
-                    perm = run.gen.permutation(len(samples))
-                    for mb_idx in np.array_split(perm, cfg.minibatches):
-                        mb = [samples[i] for i in mb_idx]
-                        if not mb:
-                            continue
-                        st = _minibatch_update(mb, model, head, run.all_params, run.optimizer, run.scheduler, cfg,
-                                               run.pad_id)
-                        for k in upd:
-                            upd[k] += st[k]
-                        n_updates += 1
+                for mb in run.minibatches(samples):
+                    st = _minibatch_gradients(mb, model, head, cfg, run.pad_id)
+                    run.step_optimizer()
+                    for k in upd:
+                        upd[k] += st[k]
+                    n_updates += 1
                 refresh_generation_copy(policy)
         for k in upd:
             upd[k] /= max(n_updates, 1)
-        train_s = timer.seconds.get("training", 0.0)
-        tokens = sum(len(s.ids) for s in samples)
-        last = {
-            "step": step,
-            **metrics,
-            **upd,
-            "lr": run.scheduler.get_last_lr()[0],
-            "episodes": len(episodes),
-            "infra_errors": infra,
-            "trained_episodes": len(samples),
-            "policy_tokens": sum(s.num_policy_tokens for s in samples),
-            "sequence_tokens": tokens,
-            "train_tokens_per_s": tokens * cfg.epochs / train_s if train_s > 0 else 0.0,
-            "seconds": {**timer.seconds, "total": time.perf_counter() - t_step},
-        }
+        last = run.step_record(step, timer, metrics, upd, episodes=len(episodes), infra=infra, trained=samples)
         run.record(last, {"reward": f"{metrics['reward_mean']:.3f}", "em": f"{metrics['em']:.2f}"},
                    ("step", "reward_mean", "em", "vf_loss"))
         if run.save_or_stop(step, stop_after is not None and step >= stop_after):
             break
-    run.bar.close()
-    return {"step": step, "last": last, "run_dir": str(run.run_dir), "policy": policy, "value_head": head}
+    return run.finish()
 
 
 @torch.no_grad()
@@ -201,13 +149,7 @@ def _prepare_targets(
         padded = pad_samples(mb, pad_id, device)
         out = forward_logprobs(model, padded, temperature=cfg.temperature, want_hidden=True, bf16=cfg.bf16)
         values = head(out.hidden) if out.hidden is not None else torch.zeros_like(out.logprobs)
-        ref = None
-        if cfg.kl_coef > 0:
-            if ref_model is not None:
-                ref = forward_logprobs(ref_model, padded, temperature=cfg.temperature, bf16=cfg.bf16).logprobs
-            else:
-                with model.disable_adapter():
-                    ref = forward_logprobs(model, padded, temperature=cfg.temperature, bf16=cfg.bf16).logprobs
+        ref = reference_logprobs(model, ref_model, padded, cfg) if cfg.kl_coef > 0 else None
         old_lp, old_v = out.logprobs.cpu(), values.float().cpu()
         ref_lp = ref.cpu() if ref is not None else None
         for i, s in enumerate(mb):
@@ -234,16 +176,10 @@ def _prepare_targets(
             s.extras["advantages"] = w[i, : len(s.ids)].tolist()
 
 
-def _minibatch_update(
-    mb: Sequence[Sample],
-    model: Any,
-    head: ValueHead,
-    params: Sequence[torch.nn.Parameter],
-    opt: torch.optim.Optimizer,
-    sched: torch.optim.lr_scheduler.LambdaLR,
-    cfg: PPOConfig,
-    pad_id: int,
+def _minibatch_gradients(
+    mb: Sequence[Sample], model: Any, head: ValueHead, cfg: PPOConfig, pad_id: int
 ) -> dict[str, float]:
+    """Accumulate the gradients of a minibatch's loss (policy, value, KL) over its micro-batches; its statistics."""
     tok_total = sum(s.num_policy_tokens for s in mb)
     seq_total = len(mb)
     keys = ("pg_loss", "vf_loss", "kl", "clip_fraction", "vf_clip_fraction", "approx_kl", "entropy", "value_mean")
@@ -262,14 +198,9 @@ def _minibatch_update(
                                      cfg.aggregation)
         vf, vf_clip = value_loss(values, pad_extra(micro, "old_values", L, device=device),
                                  pad_extra(micro, "returns", L, device=device), padded.mask, cfg.value_clip)
-        loss = pg + cfg.vf_coef * vf
-        kl_val = 0.0
-        if cfg.kl_coef > 0:
-            kl = aggregate(kl_estimate(out.logprobs, pad_extra(micro, "ref_logprobs", L, device=device),
-                                       cfg.kl_estimator),
-                           padded.mask, cfg.aggregation)
-            loss = loss + cfg.kl_coef * kl
-            kl_val = float(kl.detach())
+        ref = pad_extra(micro, "ref_logprobs", L, device=device) if cfg.kl_coef > 0 else None
+        loss, kl_val = add_kl_penalty(pg + cfg.vf_coef * vf, out.logprobs, ref, padded.mask, cfg.kl_coef,
+                                      cfg.kl_estimator, cfg.aggregation)
         micro_tok = float(padded.mask.sum())
         w = micro_tok / max(tok_total, 1) if cfg.aggregation == "token" else len(micro) / max(seq_total, 1)
         (loss * w).backward()
@@ -281,9 +212,4 @@ def _minibatch_update(
         acc["approx_kl"] += st.approx_kl * w
         acc["entropy"] += float(-(out.logprobs.detach() * padded.mask).sum() / max(micro_tok, 1.0)) * w
         acc["value_mean"] += float(masked_mean(values.detach(), padded.mask)) * w
-    if cfg.max_grad_norm is not None:
-        torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-    opt.step()
-    sched.step()
-    opt.zero_grad(set_to_none=True)
     return acc

@@ -1,20 +1,23 @@
-"""What the RL trainers (GRPO, PPO, MAPPO) share around their steps: opening a run and closing a step.
+"""What the RL trainers (GRPO, PPO, MAPPO) share around their steps: opening a run, its minibatches, closing a step.
 
 :func:`open_rl_run` checks the run folder, loads the policy, the questions and the retriever, builds
 the frozen reference model (a KL term on full fine-tuning), the value head (PPO, MAPPO), the
 optimizer, the schedule, the random generator and the data order, and restores them all from the
-run's checkpoint on ``resume``. :meth:`RLRun.record` writes a step's metrics, and
-:meth:`RLRun.save_or_stop` checkpoints on the schedule and when the run stops early.
+run's checkpoint on ``resume``. :func:`shuffled_minibatches` (:meth:`RLRun.minibatches`) deals a
+step's episodes out to its optimizer steps, and :func:`reference_logprobs` scores them under the
+reference policy for the KL term. :meth:`RLRun.step_record` builds a step's metrics,
+:meth:`RLRun.record` writes them, :meth:`RLRun.save_or_stop` checkpoints on the schedule and when
+the run stops early, and :meth:`RLRun.finish` closes the run with the trainer's summary.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -23,9 +26,12 @@ from agents.devices import model_device
 from agents.trainers.checkpoints import restore_training_state, save_training_state, start_run
 from agents.trainers.config import RLConfig
 from agents.trainers.data import DataOrder, task_examples
-from agents.trainers.metrics import MetricsLog, last_record, progress_bar
+from agents.trainers.metrics import MetricsLog, Timer, last_record, progress_bar
 from agents.trainers.models import init_policy, pad_token_id, trainable_parameters
-from agents.trainers.optim import make_optimizer, make_scheduler
+from agents.trainers.optim import make_optimizer, make_scheduler, optimizer_step
+from agents.trainers.samples import Padded, Sample, forward_logprobs
+
+T = TypeVar("T")
 
 
 class ValueHead(torch.nn.Module):
@@ -47,6 +53,48 @@ def _hidden_size(model: Any) -> int:
     return int(cfg.hidden_size)
 
 
+def shuffled_minibatches(items: Sequence[T], gen: np.random.Generator, epochs: int,
+                         minibatches: int) -> Iterator[list[T]]:
+    """A step's minibatches: ``epochs`` passes over ``items``, each in a fresh order split into ``minibatches``.
+
+    Each pass draws one permutation from ``gen`` (when the pass begins, so a resumed run draws the
+    same ones) and splits it into ``minibatches`` near-equal parts; empty parts are skipped.
+
+    Args:
+        items: What is trained on (samples, episodes).
+        gen: The run's random generator.
+        epochs: Passes over ``items``.
+        minibatches: Parts per pass (one optimizer step each).
+
+    Yields:
+        The items of each minibatch, in the permuted order.
+    """
+    for _epoch in range(epochs):
+        perm = gen.permutation(len(items))
+        for idx in np.array_split(perm, minibatches):
+            if len(idx):
+                yield [items[i] for i in idx]
+
+
+def reference_logprobs(model: Any, ref_model: Any, padded: Padded, cfg: RLConfig) -> torch.Tensor:
+    """Log-probs ``[B, L]`` of ``padded``'s tokens under the frozen reference policy of the KL term.
+
+    Args:
+        model: The model being trained.
+        ref_model: The frozen copy of the starting model (:attr:`RLRun.ref_model`); None with LoRA,
+            whose reference is ``model`` with its adapters switched off.
+        padded: The batch.
+        cfg: The trainer's configuration (``temperature``, ``bf16``).
+
+    Returns:
+        The log-probs, on the model's device.
+    """
+    if ref_model is not None:
+        return forward_logprobs(ref_model, padded, temperature=cfg.temperature, bf16=cfg.bf16).logprobs
+    with model.disable_adapter():
+        return forward_logprobs(model, padded, temperature=cfg.temperature, bf16=cfg.bf16).logprobs
+
+
 @dataclass
 class RLRun:
     """An RL trainer's run: what it trains, with what, and where it writes (see :func:`open_rl_run`).
@@ -66,6 +114,7 @@ class RLRun:
         gen: The run's random generator (minibatch order).
         order: The order questions are taken in.
         start: The last step already done (0, or the checkpoint's step on resume).
+        step: The step :meth:`steps` is at (``start`` before it begins).
         log: The metrics file.
         bar: The progress bar.
         last: The last step's metrics (a run resumed at its end reports its final step's).
@@ -92,6 +141,11 @@ class RLRun:
     bar: Any
     last: dict[str, Any] = field(default_factory=dict)
     on_checkpoint: Callable[[], None] | None = None
+    step: int = field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        """Start :attr:`step` at ``start``."""
+        self.step = self.start
 
     @property
     def all_params(self) -> list[torch.nn.Parameter]:
@@ -117,6 +171,76 @@ class RLRun:
         if self.on_checkpoint is not None:
             self.on_checkpoint()
 
+    def steps(self) -> Iterator[int]:
+        """The steps still to do, ``start + 1`` to ``cfg.steps``, each recorded in :attr:`step` as it begins."""
+        for step in range(self.start + 1, self.cfg.steps + 1):
+            self.step = step
+            yield step
+
+    def begin_step(self) -> tuple[Timer, list[Any]]:
+        """Begin a step that rolls out ``batch_size`` questions (PPO, MAPPO), the model in eval mode.
+
+        Returns:
+            The step's timer (started) and its questions, the next ``batch_size`` of :attr:`order`.
+        """
+        timer = Timer()
+        questions = [self.examples[i] for i in self.order.take(self.cfg.batch_size)]
+        self.model.eval()
+        return timer, questions
+
+    def step_optimizer(self) -> None:
+        """One optimizer step on :attr:`all_params` (gradients clipped to ``max_grad_norm``), then the schedule's."""
+        optimizer_step(self.all_params, self.optimizer, self.scheduler, self.cfg.max_grad_norm)
+
+    def minibatches(self, items: Sequence[T]) -> Iterator[list[T]]:
+        """This step's minibatches of ``items``: :func:`shuffled_minibatches` with the run's generator and config."""
+        return shuffled_minibatches(items, self.gen, self.cfg.epochs, self.cfg.minibatches)
+
+    def step_record(
+        self,
+        step: int,
+        timer: Timer,
+        metrics: Mapping[str, Any],
+        update: Mapping[str, Any],
+        *,
+        episodes: int,
+        infra: int,
+        trained: Sequence[Sample],
+        extra: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """A step's metrics record for the samples' trainers (GRPO, PPO).
+
+        Args:
+            step: The step.
+            timer: The step's timer (its phases and total go under ``seconds``).
+            metrics: The rollouts' metrics.
+            update: The update's metrics.
+            episodes: Episodes rolled out.
+            infra: Episodes the retriever failed in.
+            trained: The samples trained on.
+            extra: The trainer's own metrics, after ``trained_episodes``.
+
+        Returns:
+            ``step``, ``metrics``, ``update``, ``lr``, ``episodes``, ``infra_errors``,
+            ``trained_episodes``, ``extra``, the token counts, ``train_tokens_per_s`` and ``seconds``.
+        """
+        train_s = timer.seconds.get("training", 0.0)
+        tokens = sum(len(s.ids) for s in trained)
+        return {
+            "step": step,
+            **metrics,
+            **update,
+            "lr": self.scheduler.get_last_lr()[0],
+            "episodes": episodes,
+            "infra_errors": infra,
+            "trained_episodes": len(trained),
+            **(extra or {}),
+            "policy_tokens": sum(s.num_policy_tokens for s in trained),
+            "sequence_tokens": tokens,
+            "train_tokens_per_s": tokens * self.cfg.epochs / train_s if train_s > 0 else 0.0,
+            "seconds": timer.totals(),
+        }
+
     def record(self, last: dict[str, Any], postfix: Mapping[str, str], printed: Sequence[str]) -> None:
         """Write a step's metrics, advance the bar (showing ``postfix``) and print ``printed`` every ``log_every``."""
         self.last = last
@@ -138,6 +262,19 @@ class RLRun:
         if scheduled or stop:
             self.checkpoint(step)
         return stop
+
+    def finish(self) -> dict[str, Any]:
+        """Close the progress bar and summarise the run.
+
+        Returns:
+            The trainer's summary: ``step`` (the last one begun), ``last`` (its metrics), ``run_dir``,
+            ``policy`` and, in a run with one, ``value_head``.
+        """
+        self.bar.close()
+        out = {"step": self.step, "last": self.last, "run_dir": str(self.run_dir), "policy": self.policy}
+        if self.head is not None:
+            out["value_head"] = self.head
+        return out
 
 
 def open_rl_run(

@@ -14,7 +14,6 @@ Read top to bottom: config, demonstrations, then the loop.
 from __future__ import annotations
 
 import json
-import time
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,7 +21,6 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
-import torch
 
 from agents.devices import model_device
 from agents.trainers.checkpoints import restore_training_state, save_training_state, start_run
@@ -31,7 +29,7 @@ from agents.trainers.data import DataOrder, task_examples
 from agents.trainers.losses import masked_sum
 from agents.trainers.metrics import MetricsLog, Timer, last_record, progress_bar
 from agents.trainers.models import init_policy, pad_token_id, trainable_parameters
-from agents.trainers.optim import make_optimizer, make_scheduler
+from agents.trainers.optim import gradient_norm, make_optimizer, make_scheduler, optimizer_step
 from agents.trainers.samples import Sample, forward_logprobs, micro_batches, pad_samples
 from searchenv.corpus import DataWarning
 from searchenv.utils.jsonsafe import iter_jsonl
@@ -291,7 +289,6 @@ def train_sft(
     step = start
     for step in range(start + 1, cfg.steps + 1):
         timer = Timer()
-        t0 = time.perf_counter()
         batch = [samples[i] for i in order.take(cfg.batch_size)]
         n_tok = sum(s.num_policy_tokens for s in batch)
         total_loss = 0.0
@@ -302,10 +299,8 @@ def train_sft(
                 loss = -masked_sum(out.logprobs, padded.mask) / max(n_tok, 1)
                 loss.backward()
                 total_loss += float(loss.detach())
-            grad_norm = _clip(params, cfg.max_grad_norm)
-            opt.step()
-            sched.step()
-            opt.zero_grad(set_to_none=True)
+            grad_norm = gradient_norm(params, cfg.max_grad_norm)  # clips the gradients to max_grad_norm
+            optimizer_step(params, opt, sched, None)  # so no clipping here
         last = {
             "step": step,
             "loss": total_loss,
@@ -313,7 +308,7 @@ def train_sft(
             "sequences": len(batch),
             "grad_norm": grad_norm,
             "lr": sched.get_last_lr()[0],
-            "seconds": {"training": timer.seconds.get("training", 0.0), "total": time.perf_counter() - t0},
+            "seconds": timer.totals(),
             "tokens_per_s": n_tok / max(timer.seconds.get("training", 1e-9), 1e-9),
             **demo_stats,
         }
@@ -330,10 +325,3 @@ def train_sft(
             break
     bar.close()
     return {"step": step, "last": last, "run_dir": str(run_dir), "policy": policy}
-
-
-def _clip(params: Sequence[torch.nn.Parameter], max_norm: float | None) -> float:
-    if max_norm is None:
-        sq = sum(float(p.grad.detach().pow(2).sum()) for p in params if p.grad is not None)
-        return float(sq**0.5)
-    return float(torch.nn.utils.clip_grad_norm_(params, max_norm))

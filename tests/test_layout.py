@@ -8,6 +8,7 @@ counts as an import of ``a.b`` when that is a module, else of ``a``.
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -232,3 +233,24 @@ def test_docs_pages_are_short_indexed_and_the_readme_a_front_door() -> None:
     index = (docs / "README.md").read_text(encoding="utf-8")
     assert [str(p.relative_to(docs)) for p in pages if f"({p.relative_to(docs)})" not in index] == []
     assert (SRC.parent / "README.md").stat().st_size <= 15_000
+
+
+#: Mentions of an issue that stay: a command quoted exactly as it was run (its label is in the results file).
+_HISTORY_KEPT = {("docs/security-servers.md", "before issue 42")}
+
+
+def test_change_history_lives_in_the_changelog() -> None:
+    """The source, docs and README say how things are; what changed, and for which issue, is in CHANGELOG.md."""
+    root = SRC.parent
+    pattern = re.compile(r"(?:before |after |for |in |\()?\bissues? #?\d+", re.IGNORECASE)
+    files = [*SRC.rglob("*.py"), *(root / "docs").rglob("*.md"), *(root / "benchmarks").glob("*.py"),
+             root / "README.md"]
+    found = []
+    for path in files:
+        rel = str(path.relative_to(root))
+        for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            if any(rel == f and kept in line for f, kept in _HISTORY_KEPT):
+                continue
+            found += [f"{rel}:{lineno}: {m.group(0)}" for m in pattern.finditer(line)]
+    assert (root / "CHANGELOG.md").is_file()
+    assert found == []

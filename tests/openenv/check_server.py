@@ -416,6 +416,34 @@ def test_reset_finds_a_question_id_in_any_split_without_being_told_the_split() -
     session.close()
 
 
+def test_a_registered_tool_call_protocol_is_served_and_a_tag_protocol_refused(
+        world: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server takes whatever tool-call protocol the registry has, without a list of its own."""
+    from searchenv.protocols import ToolsProtocol, register_protocol
+    from searchenv.protocols import registry as protocol_registry
+
+    class PlainTools(ToolsProtocol):
+        name = "test-plain-tools"
+
+        def render_hits(self, queries, hits, numbers=None):  # type: ignore[no-untyped-def]
+            return "\n<tool_response>\n" + "\n".join(f"{h.title}: {h.text}" for h in hits[0]) + "\n</tool_response>\n"
+
+    monkeypatch.setattr(protocol_registry, "_PROTOCOLS", dict(protocol_registry._PROTOCOLS))
+    register_protocol(PlainTools)
+    retriever = BM25Retriever.load(world["index"])
+    service = SearchQAService(world["qa"], retriever=retriever, split="test", protocol="test-plain-tools")
+    session = SearchQAEnvironment(service)
+    session.reset(example_id="q1")
+    searched = session.step(CallToolAction(tool_name="search", arguments={"query": "Tobin Quenn"}))
+    assert "Tobin Quenn: Tobin Quenn is an engineer" in searched.result and not searched.done
+    answered = session.step(CallToolAction(tool_name="answer", arguments={"answer": "Karsk"}))
+    assert answered.done and answered.metadata["em"] == 1.0
+    session.close()
+    for tags in ("search-r1", "browse"):
+        with pytest.raises(ValueError, match=r"one of test-plain-tools, tools, tools-browse \(tool calls\), got"):
+            SearchQAService(world["qa"], retriever=retriever, split="test", protocol=tags)
+
+
 # ---- the OpenEnv package folder: manifest, module-level app, build context ---------------------------
 
 PACKAGE = Path(__file__).resolve().parents[2] / "env-packages" / "openenv" / "searchqa_env"

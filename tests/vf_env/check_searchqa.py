@@ -112,6 +112,31 @@ def test_the_tool_server_acknowledges_an_answer_and_explains_a_bad_call() -> Non
     assert bad.is_error and bad.content[0].text
 
 
+def test_a_registered_stateless_tool_call_protocol_is_served_and_one_that_needs_earlier_calls_is_refused(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tool server answers each call on its own: tool-call protocols without open or episode-wide numbers."""
+    from searchenv.protocols import ToolsProtocol, register_protocol
+    from searchenv.protocols import registry as protocol_registry
+
+    class PlainTools(ToolsProtocol):
+        name = "test-plain-tools"
+
+        def render_hits(self, queries, hits, numbers=None):  # type: ignore[no-untyped-def]
+            return "\n<tool_response>\n" + "\n".join(f"{h.title}: {h.text}" for h in hits[0]) + "\n</tool_response>\n"
+
+    monkeypatch.setattr(protocol_registry, "_PROTOCOLS", dict(protocol_registry._PROTOCOLS))
+    register_protocol(PlainTools)
+    settings = SearchQASettings(protocol="test-plain-tools")
+    toolset = SearchQAToolset(SearchQAToolsetConfig(**json.loads(_settings(settings))))
+    assert [t.name for t in asyncio.run(toolset.list_tools())] == ["search", "answer"]
+    examples, _ = _opened(_settings(settings))
+    searched = asyncio.run(toolset.call_tool("search", {"query": examples[0].question}))
+    assert "Doc 1" not in searched.content[0].text and ": " in searched.content[0].text and not searched.is_error
+    for name in ("tools-browse", "search-r1"):
+        with pytest.raises(ValueError, match=r"one of test-plain-tools, tools \(tool calls the stateless tool server"):
+            _opened(_settings(SearchQASettings(protocol=name)))
+
+
 @pytest.mark.skipif(not os.environ.get("SEARCHQA_MODEL_URL"), reason="no served model (SEARCHQA_MODEL_URL)")
 def test_vf_eval_with_a_served_model(tmp_path: Path) -> None:
     with done_relay(os.environ["SEARCHQA_MODEL_URL"]) as url:

@@ -2,7 +2,8 @@
 
 :class:`SearchQAEnvironment` is an OpenEnv ``Environment`` whose actions are OpenEnv's MCP-style
 ``CallToolAction`` / ``ListToolsAction``: the tools are those of the ``tools`` protocol (``search``,
-``answer``) or ``tools-browse`` (with ``open``), and each call is handed to a
+``answer``), ``tools-browse`` (with ``open``) or any other registered tool-call protocol
+(``native_tools``), and each call is handed to a
 :class:`~searchenv.env.SearchQAEnv` as the one-call turn the protocol reads
 (:func:`~searchenv.protocols.tools.tool_turn_text`), so parsing, bad-argument codes, rewards and
 the answer check are this package's, exactly as in-process. It is a plain ``Environment``, not an
@@ -59,6 +60,7 @@ from searchenv.env import SearchQAEnv
 from searchenv.info import client_info
 from searchenv.integrations.openenv_manifest import check_range, step_reward_range
 from searchenv.make import check_evidence, resolve_task, shared_retriever
+from searchenv.protocols.registry import protocol_names
 from searchenv.protocols.tools import tool_turn_text
 from searchenv.retrievers.base import Hit, Retriever
 from searchenv.rewards import get_reward
@@ -69,7 +71,6 @@ from searchenv.utils.text import writable
 
 #: The environment's name in OpenEnv's task routes (``/searchqa/splits`` ...).
 ENV_NAME = "searchqa"
-_PROTOCOLS = ("tools", "tools-browse")
 #: Most task specs one task-API answer lists.
 MAX_TASKS_PER_ANSWER = 1000
 
@@ -123,7 +124,8 @@ class SearchQAService:
         retriever: An index folder, a server URL, ``bm25``/``dense`` with ``corpus``, or a retriever.
         corpus: Corpus file for a named index kind (default: the task's).
         split: The split a QA file is served as, and the split ``reset`` uses when none is given.
-        protocol: ``tools`` or ``tools-browse``.
+        protocol: A tool-call protocol (``native_tools``): ``tools``, ``tools-browse`` or one registered
+            with :func:`~searchenv.protocols.register_protocol`.
         reward: A preset name or ``{term: weight}``.
         reward_range: The declared range of a step's reward (default: :func:`step_reward_range`).
         **env_kwargs: ``top_k``, ``max_turns``, ``max_doc_chars``, ``max_turn_chars`` ... for
@@ -137,8 +139,9 @@ class SearchQAService:
                  corpus: str | os.PathLike[str] | None = None, split: str = "train", protocol: str = "tools",
                  reward: str | Mapping[str, float] = "default", reward_range: Sequence[float] | None = None,
                  **env_kwargs: Any) -> None:
-        if protocol not in _PROTOCOLS:
-            raise ValueError(f"protocol must be one of {', '.join(_PROTOCOLS)} (tool calls), got {protocol!r}")
+        tool_calls = protocol_names(native_tools=True)  # each call is a turn: any tool-call protocol serves
+        if protocol not in tool_calls:
+            raise ValueError(f"protocol must be one of {', '.join(tool_calls)} (tool calls), got {protocol!r}")
         from searchenv.tasks.qa_files import looks_like_file
 
         self.task = str(task)

@@ -48,6 +48,7 @@ from verifiers.v1.harnesses.utils.launch import CHAT_PROGRAM_SOURCE
 
 from searchenv.env import SearchQAEnv
 from searchenv.make import check_evidence, resolve_task, shared_retriever
+from searchenv.protocols.registry import protocol_names
 from searchenv.protocols.tools import tool_turn_text
 from searchenv.tasks.example import QAExample
 
@@ -66,7 +67,17 @@ __all__ = [
     "oracle_calls",
 ]
 
-_PROTOCOLS = ("tools",)
+
+def _servable_protocols() -> list[str]:
+    """The protocols :class:`SearchQAToolset` can serve: tool calls that need no earlier call of the episode.
+
+    The tool server is stateless (each call is answered as an episode's first turn), so a protocol
+    whose tools depend on the episode so far cannot be served: ``open`` reads a document an earlier
+    search showed (``can_open``), and numbers that continue across searches (``episode_numbering``)
+    would restart at each call while the reward's replay continues them. Of the built-in protocols
+    that leaves ``tools``; a tool-call protocol registered later is served when its class has neither.
+    """
+    return protocol_names(native_tools=True, can_open=False, episode_numbering=False)
 
 
 class SearchQASettings(BaseConfig):
@@ -76,7 +87,8 @@ class SearchQASettings(BaseConfig):
     split: str = Field("dev", description="Split of a named task (the split a QA file is read as).")
     index: str = Field("bm25", description="Index folder, retrieval server URL, or bm25/dense over the corpus.")
     corpus: str | None = Field(None, description="Corpus file for bm25/dense (default: the task's own).")
-    protocol: str = Field("tools", description="Tool-call protocol: tools (search, answer).")
+    protocol: str = Field("tools", description="Tool-call protocol: tools (search, answer), or one registered "
+                                               "without open or numbers across searches.")
     reward: str = Field("default", description="Reward preset.")
     top_k: int = Field(3, ge=1, description="Documents per search.")
     max_turns: int = Field(4, ge=1, description="Turn budget per question (the rollout stops there).")
@@ -108,8 +120,10 @@ def _settings(config: SearchQASettings) -> str:
 def _opened(key: str) -> tuple[list[QAExample], SearchQAEnv]:
     """The questions and one environment over the shared retriever, for settings ``key`` (opened once)."""
     s = json.loads(key)
-    if s["protocol"] not in _PROTOCOLS:
-        raise ValueError(f"protocol must be one of {', '.join(_PROTOCOLS)}, got {s['protocol']!r}")
+    servable = _servable_protocols()
+    if s["protocol"] not in servable:
+        raise ValueError(f"protocol must be one of {', '.join(servable)} (tool calls the stateless tool server can "
+                         f"answer one at a time: no open, no numbers across searches), got {s['protocol']!r}")
     examples, corpus_path = resolve_task(s["dataset"], s["split"], s["corpus"])
     retriever = shared_retriever(s["index"], corpus_path)
     check_evidence(retriever, examples, s["dataset"], s["index"])

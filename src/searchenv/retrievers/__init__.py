@@ -5,8 +5,8 @@
 caching built indexes on disk keyed by the corpus file's hash. Every build is swapped in
 atomically and every open checks the files (see :mod:`searchenv.retrievers.index.metadata`).
 
-Modules: :mod:`.base` (:class:`Retriever`, :class:`Hit`), :mod:`.kinds` (index kinds and the class
-of each), :mod:`.registry` (open, build and cache indexes), :mod:`.bm25`, :mod:`.dense` (with
+Modules: :mod:`.base` (:class:`Retriever`, :class:`Hit`), :mod:`.kinds` (index kinds, the class
+of each, and the one opener), :mod:`.registry` (build and cache indexes), :mod:`.bm25`, :mod:`.dense` (with
 :mod:`.faiss_index`), :mod:`.hybrid`, :mod:`.sharded`, :mod:`.cache`, :mod:`.batching`,
 :mod:`.quality`, and ``index/`` (metadata, document store). The HTTP client of a retrieval server
 is :mod:`searchenv.serving.client`.

@@ -1,6 +1,7 @@
-"""Opening, building and caching saved indexes of any kind, sharded ones included.
+"""Building and caching saved indexes of any kind, sharded ones included, and opening them.
 
-:func:`open_index` reopens any saved index by the kind written in its metadata;
+:func:`open_index` reopens any saved index by the kind written in its metadata (it lives in
+:mod:`searchenv.retrievers.kinds`, beside the kinds it opens, and is importable here);
 :func:`build_index` builds one by name; :func:`retriever_for_corpus` does either,
 caching built indexes on disk keyed by the corpus file's hash. Every build is swapped in
 atomically and every open checks the files (see :mod:`searchenv.retrievers.index.metadata`).
@@ -13,14 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from searchenv.retrievers.base import Retriever, RetrieverError
-from searchenv.retrievers.index.metadata import (
-    StaleIndexError,
-    another_corpus,
-    file_sha256,
-    index_lock,
-    read_meta,
-)
-from searchenv.retrievers.kinds import _index_class, index_kinds, open_unsharded, register_index_kind
+from searchenv.retrievers.index.metadata import file_sha256, index_lock, read_meta
+from searchenv.retrievers.kinds import _index_class, index_kinds, open_index, register_index_kind
 
 __all__ = [
     "build_index",
@@ -30,49 +25,6 @@ __all__ = [
     "register_index_kind",
     "retriever_for_corpus",
 ]
-
-
-def open_index(
-    folder: str | os.PathLike[str],
-    *,
-    mmap: bool = False,
-    corpus: str | os.PathLike[str] | None = None,
-    verify: bool = False,
-    **options: Any,
-) -> Retriever:
-    """Reopen a saved index of any kind.
-
-    Every open compares each file's size and the counts (documents, rows, vectors) with the
-    metadata; ``verify=True`` also compares each file's SHA-256 (reads the whole index).
-
-    Args:
-        folder: The index folder.
-        mmap: Memory-map large arrays instead of reading them.
-        corpus: If given, refuse the index unless it was built from this corpus file.
-        verify: Check every file's checksum too.
-        **options: Search-time options of the kind's ``load`` (a dense index's ``nprobe``,
-            ``ef_search``, ``rerank``, ``encoder``).
-
-    Returns:
-        The retriever.
-
-    Raises:
-        RetrieverError: If the folder is not an index; StaleIndexError if it is stale;
-            IndexIntegrityError if its files are damaged (naming the file and the rebuild command).
-    """
-    from searchenv.retrievers.sharded import ShardedRetriever, is_sharded, read_shards
-
-    if is_sharded(folder):
-        shards = read_shards(folder)
-        if corpus is not None and shards.get("source_sha256") != file_sha256(corpus):
-            source = shards.get("source_path")
-            if isinstance(source, str) and source and Path(source).resolve() != Path(corpus).resolve():
-                raise StaleIndexError(another_corpus(folder, shards.get("shard_kind"), source,
-                                                     shards.get("fingerprint"), corpus, options=" --shards N"))
-            raise StaleIndexError(f"sharded index {folder} was not built from {corpus}; rebuild it with "
-                                  f"searchenv index --corpus {corpus} --out {folder} --shards N")
-        return ShardedRetriever.load(folder, mmap=mmap, verify=verify, **options)
-    return open_unsharded(folder, mmap=mmap, corpus=corpus, verify=verify, **options)
 
 
 def build_index(

@@ -17,7 +17,9 @@ On disk, ``INDEX/searchenv_shards.json`` lists the shard folders ``INDEX/shard-0
 with their document ranges and fingerprints; it is written last, atomically, so a folder with
 that file has every shard. A build that is killed resumes: finished shards are kept (recorded in
 ``INDEX/.shards-progress.json`` with the request they were built for), and the shard in progress
-resumes from its encoded chunks.
+resumes from its encoded chunks. The shard list is read by
+:func:`~searchenv.retrievers.index.metadata.read_shards` (importable here too), and a sharded folder
+is opened, like any index folder, by :func:`~searchenv.retrievers.kinds.open_index`.
 """
 
 from __future__ import annotations
@@ -37,8 +39,9 @@ from pathlib import Path
 from typing import Any
 
 from searchenv.retrievers.base import Hit, Retriever, RetrieverError, check_k
+from searchenv.retrievers.index.metadata import SHARDS_FILE, is_sharded, read_shards
+from searchenv.retrievers.kinds import _index_class, open_index
 
-SHARDS_FILE = "searchenv_shards.json"
 _PROGRESS_FILE = ".shards-progress.json"
 #: Index kinds whose scores can be compared across shards.
 SHARDABLE_KINDS = ("dense",)
@@ -134,7 +137,7 @@ class ShardedRetriever:
     @classmethod
     def load(cls, folder: str | os.PathLike[str], *, mmap: bool = False, verify: bool = False,
              **options: Any) -> ShardedRetriever:
-        """Open a sharded index folder written by :func:`build_sharded`.
+        """Open a sharded index folder written by :func:`build_sharded`, each shard with :func:`open_index`.
 
         Args:
             folder: The folder holding ``searchenv_shards.json``.
@@ -143,18 +146,21 @@ class ShardedRetriever:
             **options: Search options for each shard's ``load`` (``nprobe``, ``rerank``, ...).
 
         Raises:
-            RetrieverError: If the shard list is missing or malformed, or a shard disagrees with it.
+            RetrieverError: If the shard list is missing or malformed, or a shard is sharded itself or
+                disagrees with it.
         """
-        from searchenv.retrievers.kinds import open_unsharded
-
         meta = read_shards(folder)
         shards = []
         for entry in meta["shards"]:
-            shard = open_unsharded(Path(folder) / entry["folder"], mmap=mmap, verify=verify, **options)
+            path = Path(folder) / entry["folder"]
+            if is_sharded(path):  # a shard is an index of one kind (and a listing may not lead back to itself)
+                raise RetrieverError(f"{path}: a shard of {folder} is itself a sharded index; rebuild with "
+                                     f"searchenv index --shards {len(meta['shards'])}")
+            shard = open_index(path, mmap=mmap, verify=verify, **options)
             got = (len(shard), getattr(shard, "fingerprint", None))  # type: ignore[arg-type]
             if got != (entry["num_docs"], entry["fingerprint"]):
                 raise RetrieverError(
-                    f"{Path(folder) / entry['folder']}: holds {got[0]} documents with fingerprint {got[1]}, "
+                    f"{path}: holds {got[0]} documents with fingerprint {got[1]}, "
                     f"but {SHARDS_FILE} lists {entry['num_docs']} with {entry['fingerprint']}; rebuild with "
                     f"searchenv index --shards {len(meta['shards'])}")
             shards.append(shard)
@@ -162,34 +168,6 @@ class ShardedRetriever:
 
     def __repr__(self) -> str:
         return f"ShardedRetriever({len(self.shards)} shards)"
-
-
-def is_sharded(folder: str | os.PathLike[str]) -> bool:
-    """Whether ``folder`` is a sharded index (holds ``searchenv_shards.json``)."""
-    return (Path(folder) / SHARDS_FILE).is_file()
-
-
-def read_shards(folder: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read and check ``searchenv_shards.json``.
-
-    Raises:
-        RetrieverError: If it is missing, not JSON, or lacks the expected fields.
-    """
-    path = Path(folder) / SHARDS_FILE
-    try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise RetrieverError(f"{folder} is not a sharded index (no {SHARDS_FILE})") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise RetrieverError(f"{path}: unreadable shard list ({exc})") from None
-    shards = meta.get("shards") if isinstance(meta, dict) else None
-    if not isinstance(shards, list) or not shards or not all(
-            isinstance(s, dict) and isinstance(s.get("folder"), str) and isinstance(s.get("num_docs"), int)
-            and isinstance(s.get("fingerprint"), str) and "/" not in s["folder"] and s["folder"] not in ("", ".", "..")
-            for s in shards) or not isinstance(meta.get("fingerprint"), str):
-        raise RetrieverError(f"{path}: malformed shard list (expected 'fingerprint' and 'shards': "
-                             "[{'folder', 'num_docs', 'fingerprint'}, ...])")
-    return dict(meta)
 
 
 def build_sharded(
@@ -216,7 +194,6 @@ def build_sharded(
     """
     from searchenv.corpus import read_corpus
     from searchenv.retrievers.index.metadata import META_FILE, file_sha256, index_lock
-    from searchenv.retrievers.kinds import _index_class
 
     if kind not in SHARDABLE_KINDS:
         raise ValueError(f"cannot shard a {kind} index: its scores depend on each shard's own statistics, so "

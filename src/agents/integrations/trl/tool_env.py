@@ -8,7 +8,7 @@ from typing import Any
 
 from agents.integrations.trl.prompts import _question
 from searchenv.env import SearchQAEnv, episode_metrics
-from searchenv.protocols import tool_turn_text
+from searchenv.protocols import ActionProtocol, Search, tool_turn_text
 from searchenv.tasks import QAExample
 
 #: Arguments that must be text: TRL hands the tools whatever JSON the model wrote, and an object, a list or
@@ -37,8 +37,9 @@ class SearchQAToolEnv:
     rollout with :meth:`get_reward`. Each tool call is one environment turn, so the turn budget,
     the reward preset and its terms are SearchQA-v0's; the answer is only what the model passed to
     ``answer``. Under a tag protocol the call is written as its tag turn (``<search> query
-    </search>``, ``<answer> text </answer>``; a lone surrogate TRL decoded from a ``\ud800``
-    escape is written back as that escape), under ``tools``/``tools-browse`` as the call itself, so
+    </search>``, ``<answer> text </answer>``, as the protocol's ``from_tags`` says it; a lone
+    surrogate TRL decoded from a ``\ud800`` escape is written back as that escape), under a
+    tool-call protocol (``tools``/``tools-browse``) as the call itself, so
     the protocol's parser checks its arguments. A call the protocol refuses (an empty or too long
     answer, a tag inside it, a bad document number) is an invalid turn, counted as any other, and
     the tool returns the environment's reason; ``answer`` says "Answer recorded." only when the
@@ -68,23 +69,34 @@ class SearchQAToolEnv:
                 split: str = "train", **env_kwargs: Any) -> _ToolEnvFactory:
         """A zero-argument factory for ``environment_factory`` (instances share the task and the index).
 
-        With ``protocol="browse"`` the instances are :class:`SearchQABrowseToolEnv` (an ``open``
-        tool besides ``search`` and ``answer``), with ``protocol="arena"``
-        :class:`SearchQAArenaToolEnv` (``answer`` also takes the cited documents and an analysis).
+        Called on :class:`SearchQAToolEnv`, the tools follow the protocol's features: under one with
+        an ``open`` action (``can_open``: ``browse``, ``tools-browse``) the instances are
+        :class:`SearchQABrowseToolEnv` (an ``open`` tool besides ``search`` and ``answer``), under one
+        whose answer cites documents (a ``relevance`` tag: ``arena``) :class:`SearchQAArenaToolEnv`
+        (``answer`` also takes the cited documents and an analysis), else :class:`SearchQAToolEnv`.
+        A protocol registered later is served the same way.
 
         Args:
             task: Task name, QA JSONL file or examples.
             split: Split of a named task.
             **env_kwargs: :class:`~searchenv.env.SearchQAEnv` arguments (``retriever``, ``corpus``,
                 ``reward``, ``protocol``, ``top_k``, ``max_turns``, ...).
+
+        Raises:
+            ValueError: For a protocol that reads neither tool calls nor tag turns, or that both opens
+                documents and cites them (no tool env has both).
         """
         template = SearchQAEnv(task, split=split, **env_kwargs)
         shared = {k: v for k, v in env_kwargs.items() if k != "corpus"}
         shared["retriever"] = template.retriever  # opened once; every instance searches it
         if cls is SearchQAToolEnv:  # the tools follow the protocol (TRL offers a class's public methods)
-            cls = {"browse": SearchQABrowseToolEnv, "tools-browse": SearchQABrowseToolEnv,
-                   "arena": SearchQAArenaToolEnv}.get(template.protocol.name, cls)
+            cls = _tool_env_class(template.protocol)
         return _ToolEnvFactory(cls, template.examples, shared)
+
+    @classmethod
+    def _serves(cls, protocol: ActionProtocol) -> bool:
+        """Whether this class's tools are the actions of ``protocol`` beyond ``search`` and ``answer``."""
+        return False
 
     def reset(self, **row: Any) -> str | None:
         """Start the episode of the row's ``example_id`` (or ``question`` text); nothing is added to the prompt.
@@ -115,7 +127,7 @@ class SearchQAToolEnv:
         if self._env.protocol.native_tools:
             turn = tool_turn_text("", [{"function": {"name": name, "arguments": arguments}}])
         else:  # TRL decoded the model's JSON: a lone surrogate goes back to the escape the model wrote
-            turn = tags.encode("utf-8", "backslashreplace").decode("utf-8")
+            turn = self._env.protocol.from_tags(tags.encode("utf-8", "backslashreplace").decode("utf-8"))
         _, reward, terminated, truncated, info = self._env.step(turn)
         self._return += float(reward)
         self._info = info
@@ -188,7 +200,12 @@ def _reply(info: Mapping[str, Any]) -> str:
 
 
 class SearchQABrowseToolEnv(SearchQAToolEnv):
-    """:class:`SearchQAToolEnv` for ``protocol="browse"``: ``search`` shows snippets, ``open`` reads a document."""
+    """:class:`SearchQAToolEnv` for a protocol with ``open`` (``browse``): ``search`` shows snippets, ``open`` reads."""
+
+    @classmethod
+    def _serves(cls, protocol: ActionProtocol) -> bool:
+        """A protocol with an ``open`` action (``can_open``)."""
+        return protocol.can_open
 
     def open(self, number: int, page: int = 1) -> str:
         """Read in full a document that an earlier search showed.
@@ -210,7 +227,12 @@ class SearchQABrowseToolEnv(SearchQAToolEnv):
 
 
 class SearchQAArenaToolEnv(SearchQAToolEnv):
-    """:class:`SearchQAToolEnv` for ``protocol="arena"``: the answer cites the documents it relies on."""
+    """:class:`SearchQAToolEnv` for a protocol whose answer cites documents (``arena``)."""
+
+    @classmethod
+    def _serves(cls, protocol: ActionProtocol) -> bool:
+        """A protocol that reads the cited documents of an answer (a ``relevance`` tag)."""
+        return "relevance" in protocol.tags
 
     def answer(self, answer: str, documents: list[int], analysis: str) -> str:  # type: ignore[override]
         """Give the final answer with the documents it rests on (ends the episode).
@@ -232,6 +254,24 @@ class SearchQAArenaToolEnv(SearchQAToolEnv):
         tags = f"<relevance> {cited} </relevance>\n<analysis> {analysis} </analysis>\n<answer> {answer} </answer>"
         info = self._turn("answer", {"answer": answer, "documents": documents, "analysis": analysis}, tags)
         return self._result(info, recorded="Answer recorded.")
+
+
+def _tool_env_class(protocol: ActionProtocol) -> type[SearchQAToolEnv]:
+    """The tool env whose tools are ``protocol``'s actions: the variant that serves it, else the plain one.
+
+    Raises:
+        ValueError: If the protocol reads neither tool calls nor tag turns (said in its format by
+            ``from_tags``), or more than one variant serves it (its actions are not one class's tools).
+    """
+    if not protocol.native_tools and not isinstance(protocol.parse(protocol.from_tags("<search> q </search>")), Search):
+        raise ValueError(f"protocol {protocol.name!r} does not read tag turns (<search> query </search>), which the "
+                         "tool env writes for each call under a protocol without native tool calls; give it a "
+                         "from_tags that says a tag turn in its format")
+    fits = [variant for variant in (SearchQABrowseToolEnv, SearchQAArenaToolEnv) if variant._serves(protocol)]
+    if len(fits) > 1:
+        raise ValueError(f"protocol {protocol.name!r} both opens documents and cites them in its answer; no tool "
+                         f"env offers both ({', '.join(c.__name__ for c in fits)} each offer one)")
+    return fits[0] if fits else SearchQAToolEnv
 
 
 class _ToolEnvFactory:

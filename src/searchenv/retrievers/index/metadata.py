@@ -16,6 +16,10 @@ one folder take turns through an exclusive ``flock`` on the folder.
 Opening (:func:`load_index`) checks the metadata and every file's size, and the kind checks its
 counts (documents, rows, vocabulary); ``verify=True`` also compares every file's SHA-256. A
 mismatch raises :class:`IndexIntegrityError` naming the file and the command that rebuilds it.
+
+A sharded index (:mod:`searchenv.retrievers.sharded`) is a folder of such index folders listed in
+``INDEX/searchenv_shards.json`` (:func:`read_shards`); :func:`searchenv.retrievers.kinds.open_index`
+opens either kind of folder.
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ from searchenv.utils.files import publishable
 from searchenv.utils.jsonsafe import JSONInputError, loads
 
 META_FILE = "searchenv_index.json"
+#: A sharded index's list of its shard folders (written last by ``build_sharded``).
+SHARDS_FILE = "searchenv_shards.json"
 FORMAT_VERSION = 2
 _GENERATION = re.compile(r"v-[0-9a-f]{16}")
 _TMP_PREFIX = ".tmp-"
@@ -344,6 +350,34 @@ def check_count(folder: str | os.PathLike[str], meta: dict[str, Any], what: str,
 def data_folder(folder: str | os.PathLike[str]) -> Path:
     """The generation folder holding an index's data files (e.g. to open its :class:`DocStore`)."""
     return Path(folder) / read_meta(folder)["data"]
+
+
+def is_sharded(folder: str | os.PathLike[str]) -> bool:
+    """Whether ``folder`` is a sharded index (holds ``searchenv_shards.json``)."""
+    return (Path(folder) / SHARDS_FILE).is_file()
+
+
+def read_shards(folder: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read and check ``searchenv_shards.json``.
+
+    Raises:
+        RetrieverError: If it is missing, not JSON, or lacks the expected fields.
+    """
+    path = Path(folder) / SHARDS_FILE
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise RetrieverError(f"{folder} is not a sharded index (no {SHARDS_FILE})") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RetrieverError(f"{path}: unreadable shard list ({exc})") from None
+    shards = meta.get("shards") if isinstance(meta, dict) else None
+    if not isinstance(shards, list) or not shards or not all(
+            isinstance(s, dict) and isinstance(s.get("folder"), str) and isinstance(s.get("num_docs"), int)
+            and isinstance(s.get("fingerprint"), str) and "/" not in s["folder"] and s["folder"] not in ("", ".", "..")
+            for s in shards) or not isinstance(meta.get("fingerprint"), str):
+        raise RetrieverError(f"{path}: malformed shard list (expected 'fingerprint' and 'shards': "
+                             "[{'folder', 'num_docs', 'fingerprint'}, ...])")
+    return dict(meta)
 
 
 def another_corpus(folder: str | os.PathLike[str], kind: object, source: str, held: object,

@@ -187,7 +187,7 @@ def test_missing_files_are_named_with_where_they_come_from(tmp_path: Path) -> No
     result = _bench(["search-r1", "--data", str(data), "--agent", "oracle", "--out", str(tmp_path / "o")])
     assert result.exit_code == 2
     assert "musique/dev.jsonl" in result.output and "wiki-18.jsonl" in result.output
-    assert "docs/benchmarks.md" in result.output
+    assert "docs/reference/benchmarks.md" in result.output
 
 
 def test_a_bad_record_is_named_by_file_line_and_field(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""docs/benchmarks.md shows the card ``searchenv bench`` prints for the command as written; the README names it."""
+"""docs/reference/benchmarks.md shows the card ``searchenv bench`` prints for the command as written; the README names
+it."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ def _rows(text: str) -> list[str]:
 
 
 def test_the_docs_card_is_what_the_command_prints(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    doc = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    doc = (ROOT / "docs" / "reference" / "benchmarks.md").read_text(encoding="utf-8")
     [command] = re.findall(r"```bash\n(searchenv bench .*?)\n```", doc, re.S)
     shutil.copytree(ROOT / "tests" / "fixtures" / "bench", tmp_path / "tests" / "fixtures" / "bench")
     monkeypatch.chdir(tmp_path)

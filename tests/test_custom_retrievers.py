@@ -1,4 +1,4 @@
-"""Your own retriever: by module:Class and entry-point name in every command, docs/retrievers.md as written,
+"""Your own retriever: by module:Class and entry-point name in every command, docs/guides/your-retriever.md as written,
 and retriever failures counted, never scored."""
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ BIN = Path(sys.executable).parent
 
 
 def _module() -> str:
-    """docs/retrievers.md's worked example, as written."""
-    return python_blocks("retrievers.md", "A worked example")[0]
+    """docs/guides/your-retriever.md's worked example, as written."""
+    return python_blocks("guides/your-retriever.md", "A worked example")[0]
 
 
 @pytest.fixture
@@ -91,7 +91,7 @@ def _register_entry_point(site: Path, name: str, target: str) -> None:
 def test_docs_example_runs_as_written_in_python_and_every_command(work: Path) -> None:
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
            "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    script = python_blocks("retrievers.md", "A worked example")[2]
+    script = python_blocks("guides/your-retriever.md", "A worked example")[2]
     ran = subprocess.run([sys.executable, "-c", script], cwd=work, env=env, capture_output=True, text=True,
                          timeout=300)
     assert ran.returncode == 0, ran.stderr
@@ -99,7 +99,7 @@ def test_docs_example_runs_as_written_in_python_and_every_command(work: Path) ->
     port, server = free_port(), None
     outputs = []
     try:
-        for command in bash_commands("retrievers.md", "Use it everywhere"):
+        for command in bash_commands("guides/your-retriever.md", "Use it everywhere"):
             command = command.replace("8000", str(port))
             if command.endswith("&"):
                 server = subprocess.Popen(["bash", "-c", f"exec {command.rstrip('&')}"], cwd=work, env=env,
@@ -153,7 +153,8 @@ def test_the_named_retriever_section_installs_and_runs_as_written(work: Path) ->
     The install goes into a throwaway virtual environment that sees this one's packages (a .pth
     file), so the suite's own environment is left as it was.
     """
-    (work / "pyproject.toml").write_text(code_blocks("retrievers.md", "Give it a name", "toml")[0], encoding="utf-8")
+    toml = code_blocks("guides/your-retriever.md", "Give it a name", "toml")[0]
+    (work / "pyproject.toml").write_text(toml, encoding="utf-8")
     venv = work / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     site = next((venv / "lib").glob("python*/site-packages"))
@@ -167,7 +168,7 @@ def test_the_named_retriever_section_installs_and_runs_as_written(work: Path) ->
     env = {**os.environ, "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": ""}
     env.pop("VIRTUAL_ENV", None)
     outputs = []
-    for command in bash_commands("retrievers.md", "Give it a name"):
+    for command in bash_commands("guides/your-retriever.md", "Give it a name"):
         done = subprocess.run(command, shell=True, cwd=work, env=env, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, f"{command}\n{done.stdout}\n{done.stderr}"
         outputs.append(done.stdout)
@@ -312,8 +313,8 @@ def test_bench_counts_retriever_failures_and_exits_4(work: Path) -> None:
 
 
 def test_the_worked_example_runs_in_an_empty_folder_with_the_data_it_writes(tmp_path: Path) -> None:
-    """docs/retrievers.md needs nothing but itself: the retriever, the two files it writes, then its use."""
-    module, make_data, use = python_blocks("retrievers.md", "A worked example")
+    """docs/guides/your-retriever.md needs nothing but itself: the retriever, the two files it writes, then its use."""
+    module, make_data, use = python_blocks("guides/your-retriever.md", "A worked example")
     (tmp_path / "my_retriever.py").write_text(module, encoding="utf-8")
     for script in (make_data, use):
         ran = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True,

@@ -1,4 +1,4 @@
-"""docs/environment.md's first learning loop runs as written and learns what it says it learns."""
+"""docs/guides/environment.md's first learning loop runs as written and learns what it says it learns."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import io
 import re
 from pathlib import Path
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "environment.md"
+DOC = Path(__file__).resolve().parents[1] / "docs" / "guides" / "environment.md"
 
 
 def test_the_first_learning_loop_runs_as_written() -> None:

@@ -1,4 +1,4 @@
-"""docs/extending.md: every section has a Python example, and each runs as written with its asserts holding.
+"""docs/guides/extending.md: every section has a Python example, and each runs as written with its asserts holding.
 
 Each ``python`` block starts with a ``# FILE.py`` line: the file a user saves it as. The blocks of a
 section are saved under those names in one scratch folder and run there in order with
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGE = ROOT / "docs" / "extending.md"
+PAGE = ROOT / "docs" / "guides" / "extending.md"
 TOPICS = ("A reward term", "A retriever kind", "An action protocol", "A task format", "An agent")
 
 
@@ -43,14 +43,14 @@ def file_name(block: str) -> str:
     first = block.splitlines()[0] if block.strip() else ""
     match = re.fullmatch(r"# (\w+\.py)", first.strip())
     if match is None:
-        raise ValueError(f"docs/extending.md: a python block starts {first!r}, not '# FILE.py'")
+        raise ValueError(f"docs/guides/extending.md: a python block starts {first!r}, not '# FILE.py'")
     return match.group(1)
 
 
 def test_every_section_has_a_python_block() -> None:
-    assert SECTIONS, "docs/extending.md has no ## sections"
+    assert SECTIONS, "docs/guides/extending.md has no ## sections"
     empty = [title for title, blocks in SECTIONS.items() if not blocks]
-    assert not empty, f"sections of docs/extending.md without a python block: {empty}"
+    assert not empty, f"sections of docs/guides/extending.md without a python block: {empty}"
 
 
 def test_the_page_covers_the_five_extensions() -> None:

@@ -127,7 +127,7 @@ def test_agents_has_folders_not_flat_modules() -> None:
 
 # ---- layers: imports point down only ---------------------------------------------------------------
 
-#: Each package's layers, top first (docs/architecture.md): a module may import its own layer and those below.
+#: Each package's layers, top first (docs/reference/architecture.md): a module may import its own layer and those below.
 #: Within the parts layer the folders use each other (without a cycle, which the cycle test holds).
 LAYERS: dict[str, list[set[str]]] = {
     "searchenv": [
@@ -157,7 +157,7 @@ def _layer(package: str, module: str) -> int:
         for i, layer in enumerate(LAYERS[package]):
             if key in layer:
                 return i
-    raise AssertionError(f"{module} is in no layer of {package}: add it to LAYERS and docs/architecture.md")
+    raise AssertionError(f"{module} is in no layer of {package}: add it to LAYERS and docs/reference/architecture.md")
 
 
 def _with_packages(imported: set[str], known: dict[str, Path]) -> set[str]:
@@ -216,8 +216,8 @@ def test_nothing_in_searchenv_imports_agents() -> None:
 
 
 def test_docs_architecture_names_every_module() -> None:
-    """Each module's name appears in docs/architecture.md's layout (a newcomer finds every file there)."""
-    text = (SRC.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    """Each module's name appears in docs/reference/architecture.md's layout (a newcomer finds every file there)."""
+    text = (SRC.parent / "docs" / "reference" / "architecture.md").read_text(encoding="utf-8")
     layout = text.split("## Layout", 1)[1].split("\n## ", 1)[0]
     missing = [str(p.relative_to(SRC)) for package in ("searchenv", "agents") for p in _modules(package).values()
                if p.name != "__init__.py" and p.stem not in layout]
@@ -235,8 +235,21 @@ def test_docs_pages_are_short_indexed_and_the_readme_a_front_door() -> None:
     assert (SRC.parent / "README.md").stat().st_size <= 15_000
 
 
+#: The kinds of docs page, each a folder of docs/.
+DOC_KINDS = ("guides", "reference", "serving", "engines", "results")
+
+
+def test_docs_pages_live_in_their_kind_folder_with_one_naming_style() -> None:
+    """Every page but the index sits in a kind's folder, and page names use ``-``, never ``_``."""
+    docs = SRC.parent / "docs"
+    pages = sorted(p.relative_to(docs) for p in docs.rglob("*.md") if p != docs / "README.md")
+    assert [str(p) for p in pages if p.parts[0] not in DOC_KINDS] == []
+    assert [str(p) for p in pages if "_" in p.stem] == []
+    assert all((docs / kind).is_dir() for kind in DOC_KINDS)
+
+
 #: Mentions of an issue that stay: a command quoted exactly as it was run (its label is in the results file).
-_HISTORY_KEPT = {("docs/security-servers.md", "before issue 42")}
+_HISTORY_KEPT = {("docs/reference/security-servers.md", "before issue 42")}
 
 
 def test_change_history_lives_in_the_changelog() -> None:

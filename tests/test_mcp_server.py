@@ -362,13 +362,13 @@ def test_http_answers_a_tool_name_that_is_not_text_with_a_tool_error(http_server
 
 @pytest.mark.slow
 def test_the_docs_launch_and_sdk_snippet_run_as_written(tmp_path: Path) -> None:
-    """docs/servers.md: build the index, serve it over HTTP with the token, run the SDK snippet (port changed)."""
+    """docs/serving/mcp.md: build the index, serve it over HTTP with the token, run the SDK snippet (port changed)."""
     import re
     import shlex
 
     from tests.doc_blocks import ROOT
 
-    text = (ROOT / "docs" / "servers.md").read_text()
+    text = (ROOT / "docs" / "serving" / "mcp.md").read_text()
     launch = re.search(r"### Launch\n\n```bash\n(.*?)```", text, re.S)
     snippet = re.search(r"With the MCP Python SDK.*?```python\n(.*?)```", text, re.S)
     assert launch is not None and snippet is not None

@@ -226,7 +226,7 @@ def searcher_served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[
 def test_searcher_prompts_served_equal_in_process_wherever_the_server_gets_the_same_ids(
     searcher_served: tuple[str, str, Any], hotpot: tuple[list[Any], Any]
 ) -> None:
-    """Multi-turn: what docs/agents.md states. A text-only server re-encodes the whole transcript, so
+    """Multi-turn: what docs/reference/agents.md states. A text-only server re-encodes the whole transcript, so
     where an environment reply ends in a blank line and the model's turn follows ("\\n\\n" was one
     token when the model read it, "\\n" "\\n" in the re-encoded text: from the third turn on) it sees
     other ids; every other prompt, documents included, is the same ids and gets the same output."""

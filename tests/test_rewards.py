@@ -573,7 +573,7 @@ def test_search_r1_format_reward_class_matches_preset(make_env) -> None:
     assert c == pytest.approx([0.0, 1.6 * 2 / 3 + 2.0])  # d1 and d0 of d5, d0, d1
 
 
-# ---- the worked example in docs/rewards.md is what the code does ------------------------------------------
+# ---- the worked example in docs/reference/rewards.md is what the code does ------------------------------------------
 
 
 def test_worked_example_in_docs_is_current() -> None:
@@ -581,12 +581,12 @@ def test_worked_example_in_docs_is_current() -> None:
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("reward_example", root / "docs" / "reward_example.py")
+    spec = importlib.util.spec_from_file_location("reward_example", root / "docs" / "reference" / "reward_example.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     block = module.worked_example()
-    doc = (root / "docs" / "rewards.md").read_text(encoding="utf-8")
+    doc = (root / "docs" / "reference" / "rewards.md").read_text(encoding="utf-8")
     start = doc.index("<!-- worked-example:start -->\n") + len("<!-- worked-example:start -->\n")
     assert doc[start : doc.index("<!-- worked-example:end -->")] == block
 

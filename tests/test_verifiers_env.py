@@ -6,7 +6,7 @@ taskset) and these tests run the checks of ``tests/vf_env/`` there:
 
 - ``vf-validate searchqa`` on 50 tasks, and ``vf-eval searchqa`` against a scripted oracle model server;
 - ``vf-eval`` of verifiers' bundled ``openenv`` taskset against ``searchenv serve-openenv`` (run from
-  ``.venv-openenv``), with the TOML of docs/servers-verifiers.md;
+  ``.venv-openenv``), with the TOML of docs/serving/verifiers.md;
 - ``vf-eval searchqa`` against ``transformers serve`` of the packaged SmolLM2 (started here, once per session).
 
 In each, every trace's reward equals in-process SearchQA-v0 on the same turns.

@@ -1,4 +1,4 @@
-"""docs/your-data.md runs as written: its ``bash`` blocks, in order, in a folder holding docs/examples/."""
+"""docs/guides/your-data.md runs as written: its ``bash`` blocks, in order, in a folder holding docs/examples/."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DOC = ROOT / "docs" / "your-data.md"
+DOC = ROOT / "docs" / "guides" / "your-data.md"
 PORTS = (8765, 8766)  # the doc's retrieval and model servers
 
 

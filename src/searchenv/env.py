@@ -108,7 +108,7 @@ class SearchQAEnv(gym.Env[str, str]):
     ``reward(StepContext) -> (float, {term: value})``. Each term's contribution is reported every
     step in ``info["reward_terms"]``; they sum to the step reward. Raw per-step measurements
     (e.g. this step's relevance under a preset that pays it at the end) are in
-    ``info["reward_signals"]``. Formulas and sources: ``docs/rewards.md``.
+    ``info["reward_signals"]``. Formulas and sources: ``docs/reference/rewards.md``.
 
     ## Episode end
     ``terminated`` when the agent answers; ``truncated`` when ``max_turns`` turns pass unanswered.
@@ -146,7 +146,7 @@ class SearchQAEnv(gym.Env[str, str]):
         folder, the URL of a retrieval server (``"http://127.0.0.1:8000"``: ``searchenv serve``
         or any server speaking Search-R1's ``/retrieve``; a :class:`RemoteRetriever` with the token
         from ``$SEARCHENV_TOKEN`` if set), your own class as ``"module:Class"`` or by its name in
-        the ``searchenv.retrievers`` entry points (``docs/retrievers.md``), or any object with
+        the ``searchenv.retrievers`` entry points (``docs/guides/your-retriever.md``), or any object with
         ``search_batch(queries, k)`` (an instance: a class is refused).
     protocol: ``"search-r1"``, ``"multi-query"`` (RAG-R1: several queries a turn), ``"arena"``
         (ARENA: documents numbered across the episode; the answer turn cites them in

@@ -3,7 +3,7 @@
 :class:`~agents.integrations.trl.server_env.SearchQAServerToolEnv` is TRL's ``environment_factory``
 with each rollout a session of the server. Its tools answer what the in-process tool env answers for the
 same calls, and its returns are the in-process returns; a GRPO step of the tiny model runs through it
-as docs/servers-openenv.md shows.
+as docs/serving/openenv.md shows.
 """
 
 from __future__ import annotations

@@ -322,7 +322,7 @@ def test_the_shipped_grpo_config_composes_with_verls_own_configs() -> None:
     import hydra.utils
     from hydra import compose, initialize_config_dir
 
-    docs = Path(__file__).resolve().parents[2] / "docs" / "verl"
+    docs = Path(__file__).resolve().parents[2] / "docs" / "engines" / "verl"
     with initialize_config_dir(config_dir=str(docs), version_base=None):
         cfg = compose(config_name="searchqa_grpo")
     assert cfg.algorithm.adv_estimator == "grpo" and cfg.data.return_raw_chat

@@ -51,8 +51,8 @@ def launched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
     """The docs' commands run in a scratch folder; yields the folder, the server's URL and the main_ppo argv."""
     work = tmp_path_factory.mktemp("verl-launch")
     scratch_task(work)
-    (work / "docs").mkdir()
-    (work / "docs" / "verl").symlink_to(ROOT / "docs" / "verl")
+    (work / "docs" / "engines").mkdir(parents=True)
+    (work / "docs" / "engines" / "verl").symlink_to(ROOT / "docs" / "engines" / "verl")
     with launch_block(verl_block(), work, "python -m verl.trainer.main_ppo", BIN) as (port, argv):
         yield {"work": work, "url": f"http://127.0.0.1:{port}", "argv": argv}
 
@@ -90,7 +90,7 @@ def test_the_documented_command_passes_verls_validate_config(launched: dict[str,
 def test_the_shipped_config_has_no_relative_paths_and_no_missing_file() -> None:
     from omegaconf import OmegaConf
 
-    raw = OmegaConf.to_container(OmegaConf.load(ROOT / "docs" / "verl" / "searchqa_grpo.yaml"))
+    raw = OmegaConf.to_container(OmegaConf.load(ROOT / "docs" / "engines" / "verl" / "searchqa_grpo.yaml"))
     # mandatory (???): the command line gives them absolute, never a path relative to one node's folder
     assert raw["data"]["train_files"] == raw["data"]["val_files"] == "???"
     assert raw["actor_rollout_ref"]["rollout"]["agent"]["agent_loop_config_path"] == "???"

@@ -1,6 +1,6 @@
 """verifiers' bundled ``openenv`` taskset playing ``searchenv serve-openenv`` (run in .venv-verifiers).
 
-The TOML of docs/servers-verifiers.md is run with ``vf-eval`` as written, with only its three
+The TOML of docs/serving/verifiers.md is run with ``vf-eval`` as written, with only its three
 addresses and the model replaced: the SearchQA-v0 OpenEnv server runs from .venv-openenv (OpenEnv
 0.10, as ``make test`` builds it), verifiers' taskset and OpenEnv's client (0.4.1, which
 ``verifiers[openenv]`` installs beside verifiers' ``mcp`` pin) from here, and a scripted model plays
@@ -33,7 +33,7 @@ from searchenv.protocols.tools import tool_turn_text
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 OPENENV_BIN = ROOT / ".venv-openenv" / "bin"
-DOC = ROOT / "docs" / "servers-verifiers.md"
+DOC = ROOT / "docs" / "serving" / "verifiers.md"
 SETTINGS: dict[str, Any] = {"task": "synthetic-2hop", "split": "dev", "retriever": "bm25", "protocol": "tools",
                             "top_k": 3, "max_turns": 4}
 

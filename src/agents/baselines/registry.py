@@ -102,5 +102,5 @@ def _load_agent(spec: str, policy: Policy | ChatPolicy | None) -> Agent:
     missing = [a for a in ("name", "max_turns", "adapt_protocol", "act") if not hasattr(made, a)]
     if missing:
         raise ValueError(f"agent {spec!r} made a {type(made).__name__} without {', '.join(missing)} "
-                         "(an agent has name, max_turns, adapt_protocol and act: docs/extending.md)")
+                         "(an agent has name, max_turns, adapt_protocol and act: docs/guides/extending.md)")
     return made

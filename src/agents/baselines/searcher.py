@@ -129,7 +129,7 @@ def read_manifest(path: str | os.PathLike[str] = PACKAGED) -> dict[str, Any]:
     if not file.is_file():
         raise SearcherNotFoundError(
             f"no trained searcher in {Path(path)} (missing {MANIFEST}); produce one with "
-            "python benchmarks/learning.py ... --lora --export-searcher (see docs/training.md)"
+            "python benchmarks/learning.py ... --lora --export-searcher (see docs/guides/training.md)"
         )
     from searchenv.utils.jsonsafe import loads
 

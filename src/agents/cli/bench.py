@@ -22,7 +22,7 @@ from agents.evaluation.judges import MIN_DECOYS
 def bench_command(
     suite: str = typer.Argument(..., help=f"Suite: {', '.join(SUITES)}."),
     data: Path = typer.Option(..., "--data", help="Folder with the suite's files in their published layout "
-                              "(docs/benchmarks.md)."),
+                              "(docs/reference/benchmarks.md)."),
     out: Path = typer.Option(..., "--out", "-o", help="Write card.json, card.md and transcripts/ here; a rerun "
                              "with the same settings continues a killed run from what it saved here."),
     agent: str = typer.Option(..., "--agent", "-a", help=f"Agent: {', '.join(AGENT_NAMES)}."),

@@ -16,7 +16,7 @@ import typer
 from agents.baselines.pipelines import PIPELINE_NAMES
 from agents.baselines.registry import AGENT_NAMES, LLM_AGENTS
 
-_KNOWN = (*AGENT_NAMES, *PIPELINE_NAMES)  # agents, and the multi-agent pipelines (docs/multi_agent.md)
+_KNOWN = (*AGENT_NAMES, *PIPELINE_NAMES)  # agents, and the multi-agent pipelines (docs/reference/multi-agent.md)
 _MODEL_AGENTS = LLM_AGENTS | {"mmoa-llm"}
 
 

@@ -1,7 +1,7 @@
 """Benchmark suites over public data, and the metric card of a run (``searchenv bench``).
 
 A *suite* is a fixed list of question sets asked against one corpus, in the files' published
-layouts (docs/benchmarks.md says where each comes from):
+layouts (docs/reference/benchmarks.md says where each comes from):
 
 ``search-r1``
     Search-R1's seven QA sets in FlashRAG's JSONL layout (``nq/test.jsonl``,
@@ -153,7 +153,7 @@ _SEARCH_R1_SETTINGS = ("EM; 2018 Wikipedia dump; E5 retriever, 3 passages per se
                        "HotpotQA, 2WikiMultiHopQA, MuSiQue")
 
 #: Published reference rows per suite: printed beside ours, never mixed into our numbers. Only rows
-#: whose numbers we are sure of are listed (docs/benchmarks.md says which were left out and why).
+#: whose numbers we are sure of are listed (docs/reference/benchmarks.md says which were left out and why).
 PUBLISHED: dict[str, tuple[dict[str, Any], ...]] = {
     "search-r1": (
         {"name": "Search-R1 (Qwen2.5-7B-Base, PPO)", "metric": "em",
@@ -186,7 +186,7 @@ def suite_files(suite: Suite, data: str | os.PathLike[str], *, corpus: str | os.
 
     Raises:
         ValueError: For a set name the suite does not have.
-        BenchDataError: Naming every missing file (and docs/benchmarks.md, which says where it comes from).
+        BenchDataError: Naming every missing file (and docs/reference/benchmarks.md, which says where it comes from).
     """
     root = Path(data)
     names = [s.name for s in suite.sets]
@@ -201,7 +201,7 @@ def suite_files(suite: Suite, data: str | os.PathLike[str], *, corpus: str | os.
     missing += [str(p) for p in (corpus_path, qrels_path) if p is not None and not p.is_file()]
     if missing:
         raise BenchDataError(f"suite {suite.name}: missing {len(missing)} file(s): {', '.join(missing)}; "
-                             "docs/benchmarks.md says where each comes from and where it goes")
+                             "docs/reference/benchmarks.md says where each comes from and where it goes")
     return pairs, corpus_path, qrels_path
 
 

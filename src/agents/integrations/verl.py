@@ -39,7 +39,7 @@ The stop strings go to the generation server in the parameters of verl's rollout
 ``no_stop_trim`` for SGLang, whose server passes the parameters on to SGLang unchanged.
 
 Settings come from the trainer config's ``searchenv`` block (``+searchenv.retriever=...`` on the
-command line; see ``docs/verl/searchqa_grpo.yaml``): ``retriever`` (index folder or server URL),
+command line; see ``docs/engines/verl/searchqa_grpo.yaml``): ``retriever`` (index folder or server URL),
 ``corpus``, ``protocol``, ``reward``, ``top_k``, ``max_turns``, ``max_doc_chars``,
 ``max_new_tokens``, ``batch_searches``, ``search_in_thread``. Rows are those
 ``searchenv rows`` writes (the question, gold answers and evidence are read with

@@ -11,7 +11,7 @@ Two classes, one per API:
     A server given text tokenizes it itself, so it sees the agent's ids only where they are the
     tokenizer's own encoding of the text (:meth:`OpenAICompletionsPolicy.is_exact`); the others
     are counted in ``usage["inexact_prompts"]``, with a warning, as greedy outputs may differ
-    from the same model in process there (docs/agents.md, Served models).
+    from the same model in process there (docs/reference/agents.md, Served models).
     Use it for base and instruct models whose tokenizer you have.
 :class:`OpenAIChatPolicy` (``POST /v1/chat/completions``)
     A :class:`~agents.policies.base.ChatPolicy`: agents send the conversation as messages
@@ -383,7 +383,7 @@ class OpenAICompletionsPolicy(_OpenAIBase):
                     "ending in a blank line before the model's next turn, or a split the model generated): "
                     "the server sees other tokens there, so its output may differ from the same model in "
                     "process. A server that takes token ids (vLLM, SGLang, llama.cpp) gets them exactly "
-                    "(docs/agents.md, Served models)",
+                    "(docs/reference/agents.md, Served models)",
                     UserWarning,
                     stacklevel=2,
                 )

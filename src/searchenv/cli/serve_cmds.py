@@ -135,7 +135,8 @@ def serve(
     micro_batch: Annotated[bool, typer.Option(help="Gather concurrent requests into one search call.")] = True,
     cache_size: Annotated[int, typer.Option(help="Keep this many (query, k) results in memory (0: off).", min=0)] = 0,
     max_connections: Annotated[
-        int, typer.Option(help="Most open connections (lowered to fit ulimit -n; see docs/server.md).", min=1)
+        int, typer.Option(
+            help="Most open connections (lowered to fit ulimit -n; see docs/serving/retrieval-server.md).", min=1)
     ] = 512,
     request_timeout: Annotated[
         float, typer.Option(help="Seconds for a request to arrive whole, from connect or its first byte.", min=0.01)

@@ -3,7 +3,7 @@
 :class:`MMOARAGEnv` is a PettingZoo AEC environment (``pip install "searchenv[multiagent]"``); it
 is imported on first use, so ``import searchenv.multi_agent`` needs no PettingZoo. The episode
 logic it wraps, :class:`RoleEpisode`, and the role readers (:mod:`~searchenv.multi_agent.roles`)
-need nothing beyond searchenv: batched runners drive them directly. ``docs/multi_agent.md`` is the guide.
+need nothing beyond searchenv: batched runners drive them directly. ``docs/reference/multi-agent.md`` is the guide.
 
 Modules: ``roles`` (prompts, output readers, penalties), ``episode`` (:class:`RoleEpisode`),
 ``aec`` (:class:`MMOARAGEnv`, ``env()``, ``raw_env``; imports PettingZoo).

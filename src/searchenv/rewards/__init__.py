@@ -18,7 +18,7 @@ methods), :mod:`~searchenv.rewards.presets`, :mod:`~searchenv.rewards.verifiers`
 Terms (:data:`TERMS`): ``outcome``, ``format``, ``cost``, ``relevance``, ``shaping``.
 Presets (:data:`PRESETS`, ``reward="name"`` in ``gymnasium.make``): ``default``,
 ``search-r1``, ``search-r1-format``, ``research``, ``r3-rag``, ``r3-rag-normalized``,
-``frugal``, ``process``, ``shaped``, ``arena``. Formulas and sources are in ``docs/rewards.md``.
+``frugal``, ``process``, ``shaped``, ``arena``. Formulas and sources are in ``docs/reference/rewards.md``.
 
 Guards against reward hacking, applied by every outcome computation here:
 

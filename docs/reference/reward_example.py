@@ -1,10 +1,10 @@
-"""Print the worked reward example of docs/rewards.md by running real SearchQAEnv episodes.
+"""Print the worked reward example of docs/reference/rewards.md by running real SearchQAEnv episodes.
 
 The world is the tiny hand-written one of ``tests/conftest.py`` (8 documents, 4 questions), so
 the numbers never change with the synthetic generator. ``tests/test_rewards.py`` checks that the
 Markdown printed here is exactly the block in docs/rewards.md.
 
-Usage (from the repository root): python docs/reward_example.py
+Usage (from the repository root): python docs/reference/reward_example.py
 """
 
 from __future__ import annotations

@@ -92,9 +92,8 @@ def train_ppo(
         A summary: final step, last metrics, run folder, the policy and the value head.
 
     Raises:
-        FileExistsError: If the run folder holds a run and neither ``resume`` nor ``overwrite`` is set.
-        FileNotFoundError: If ``resume`` is set and there is no checkpoint.
-        CheckpointError: If a checkpoint to resume from (or ``init_from``) is damaged, unsafe or does not fit.
+        FileExistsError, FileNotFoundError, CheckpointError: As :func:`~agents.trainers.rl_run.open_rl_run`
+            (a run folder in use, no checkpoint to resume, a damaged or unfit checkpoint).
     """
     run = open_rl_run(cfg, "ppo", policy=policy, retriever=retriever, resume=resume, overwrite=overwrite,
                       value_learning_rate=cfg.value_learning_rate)

@@ -18,30 +18,20 @@ from searchenv.protocols import (
     BrowseProtocol,
     Invalid,
     Search,
-    ToolsProtocol,
     get_protocol,
     protocol_names,
     register_protocol,
 )
-from searchenv.protocols import registry as protocol_registry
 from searchenv.retrievers.bm25 import BM25Retriever
 from tests.conftest import DOCS, EXAMPLES
+from tests.registered import PlainTools, isolate_registry
 
 
 @pytest.fixture()
 def register(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[type[ActionProtocol]], None]]:
     """``register_protocol`` for this test only: the registry is as it was afterwards."""
-    monkeypatch.setattr(protocol_registry, "_PROTOCOLS", dict(protocol_registry._PROTOCOLS))
+    isolate_registry(monkeypatch)
     yield register_protocol
-
-
-class PlainTools(ToolsProtocol):
-    """A tool-call protocol whose results are ``title: text`` lines."""
-
-    name = "test-plain-tools"
-
-    def render_hits(self, queries, hits, numbers=None):  # type: ignore[no-untyped-def]
-        return "\n<tool_response>\n" + "\n".join(f"{h.title}: {h.text}" for h in hits[0]) + "\n</tool_response>\n"
 
 
 class ShortBrowse(BrowseProtocol):

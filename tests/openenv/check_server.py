@@ -419,17 +419,9 @@ def test_reset_finds_a_question_id_in_any_split_without_being_told_the_split() -
 def test_a_registered_tool_call_protocol_is_served_and_a_tag_protocol_refused(
         world: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     """The server takes whatever tool-call protocol the registry has, without a list of its own."""
-    from searchenv.protocols import ToolsProtocol, register_protocol
-    from searchenv.protocols import registry as protocol_registry
+    from tests.registered import register_plain_tools
 
-    class PlainTools(ToolsProtocol):
-        name = "test-plain-tools"
-
-        def render_hits(self, queries, hits, numbers=None):  # type: ignore[no-untyped-def]
-            return "\n<tool_response>\n" + "\n".join(f"{h.title}: {h.text}" for h in hits[0]) + "\n</tool_response>\n"
-
-    monkeypatch.setattr(protocol_registry, "_PROTOCOLS", dict(protocol_registry._PROTOCOLS))
-    register_protocol(PlainTools)
+    register_plain_tools(monkeypatch)
     retriever = BM25Retriever.load(world["index"])
     service = SearchQAService(world["qa"], retriever=retriever, split="test", protocol="test-plain-tools")
     session = SearchQAEnvironment(service)

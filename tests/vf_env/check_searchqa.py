@@ -115,17 +115,9 @@ def test_the_tool_server_acknowledges_an_answer_and_explains_a_bad_call() -> Non
 def test_a_registered_stateless_tool_call_protocol_is_served_and_one_that_needs_earlier_calls_is_refused(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The tool server answers each call on its own: tool-call protocols without open or episode-wide numbers."""
-    from searchenv.protocols import ToolsProtocol, register_protocol
-    from searchenv.protocols import registry as protocol_registry
+    from tests.registered import register_plain_tools
 
-    class PlainTools(ToolsProtocol):
-        name = "test-plain-tools"
-
-        def render_hits(self, queries, hits, numbers=None):  # type: ignore[no-untyped-def]
-            return "\n<tool_response>\n" + "\n".join(f"{h.title}: {h.text}" for h in hits[0]) + "\n</tool_response>\n"
-
-    monkeypatch.setattr(protocol_registry, "_PROTOCOLS", dict(protocol_registry._PROTOCOLS))
-    register_protocol(PlainTools)
+    register_plain_tools(monkeypatch)
     settings = SearchQASettings(protocol="test-plain-tools")
     toolset = SearchQAToolset(SearchQAToolsetConfig(**json.loads(_settings(settings))))
     assert [t.name for t in asyncio.run(toolset.list_tools())] == ["search", "answer"]

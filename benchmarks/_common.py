@@ -36,3 +36,25 @@ def write_results(name: str, data: dict[str, Any], table: str, command: str | No
     atomic_write_lines(RESULTS / f"{name}.md",
                        f"{table.rstrip()}\n\nMeasured with `{cmd}` ({data['machine']['date']}).".splitlines())
     print(table)
+
+
+def paired_difference(a: dict[str, Any], b: dict[str, Any], key: str = "em", reps: int = 10_000) -> dict[str, float]:
+    """Mean of ``a - b`` over the questions both answered, with a 95% percentile-bootstrap interval.
+
+    Args:
+        a: A run with ``per_question``: question id -> its metrics.
+        b: Another, on the same questions.
+        key: The metric compared.
+        reps: Bootstrap resamples (seeded: the interval is the same every time).
+    """
+    import numpy as np
+
+    ids = sorted(set(a["per_question"]) & set(b["per_question"]))
+    d = np.array([a["per_question"][i][key] - b["per_question"][i][key] for i in ids], dtype=np.float64)
+    if not len(d):
+        return {"n": 0, "mean": 0.0, "ci_low": 0.0, "ci_high": 0.0, "a_better": 0, "b_better": 0}
+    rng = np.random.default_rng(12345)
+    boots = d[rng.integers(0, len(d), size=(reps, len(d)))].mean(axis=1)
+    lo, hi = np.percentile(boots, [2.5, 97.5])
+    return {"n": len(ids), "mean": float(d.mean()), "ci_low": float(lo), "ci_high": float(hi),
+            "a_better": int((d > 0).sum()), "b_better": int((d < 0).sum())}

@@ -56,7 +56,7 @@ _HERE = Path(__file__).resolve().parent
 # Python puts this folder first on sys.path; keep it last so a script here can never shadow a package.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE] + [str(_HERE)]
 
-from _common import RESULTS, machine  # noqa: E402
+from _common import RESULTS, machine, paired_difference  # noqa: E402
 
 PHASES = ("base", "baselines", "sft", "sft_adapters", "grpo_outcome", "grpo_adapters", "grpo_process", "throughput")
 BASELINES = ("oracle", "heuristic", "rag", "direct", "random")
@@ -252,25 +252,6 @@ def baselines_phase(args: argparse.Namespace) -> dict[str, Any]:
         row = out[name]
         log(f"baselines: {name} EM {row['em']:.3f} ({row['eval_seconds']:.0f} s)")
     return {"agents": out}
-
-
-def paired_difference(a: dict[str, Any], b: dict[str, Any], key: str = "em", reps: int = 10_000) -> dict[str, float]:
-    """Mean of ``a - b`` over the questions both answered, with a 95% percentile-bootstrap interval."""
-    import numpy as np
-
-    ids = sorted(set(a["per_question"]) & set(b["per_question"]))
-    d = np.array([a["per_question"][i][key] - b["per_question"][i][key] for i in ids], dtype=np.float64)
-    rng = np.random.default_rng(12345)
-    boots = d[rng.integers(0, len(d), size=(reps, len(d)))].mean(axis=1)
-    lo, hi = np.percentile(boots, [2.5, 97.5])
-    return {
-        "n": len(ids),
-        "mean": float(d.mean()),
-        "ci_low": float(lo),
-        "ci_high": float(hi),
-        "a_better": int((d > 0).sum()),
-        "b_better": int((d < 0).sum()),
-    }
 
 
 # ---------------------------------------------------------------------------------------------

@@ -50,7 +50,7 @@ _HERE = Path(__file__).resolve().parent
 # Python puts this folder first on sys.path; keep it last so a script here can never shadow a package.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE] + [str(_HERE)]
 
-from _common import RESULTS, machine  # noqa: E402
+from _common import RESULTS, machine, paired_difference  # noqa: E402
 
 ROLES = ("rewriter", "selector", "generator")
 MAPPO_PHASES = ("mappo_all", *(f"mappo_{r}" for r in ROLES))
@@ -186,21 +186,6 @@ def baselines_phase(args: argparse.Namespace) -> dict[str, Any]:
     out["heuristic"] = evaluate_pipeline("heuristic", args, max_turns=args.max_turns)
     log(f"baselines: heuristic F1 {out['heuristic']['f1']:.3f} EM {out['heuristic']['em']:.3f}")
     return {"agents": out}
-
-
-def paired_difference(a: dict[str, Any], b: dict[str, Any], key: str, reps: int = 10_000) -> dict[str, float]:
-    """Mean of ``a - b`` over the questions both answered, with a 95% percentile-bootstrap interval."""
-    import numpy as np
-
-    ids = sorted(set(a["per_question"]) & set(b["per_question"]))
-    d = np.array([a["per_question"][i][key] - b["per_question"][i][key] for i in ids], dtype=np.float64)
-    if not len(d):
-        return {"n": 0, "mean": 0.0, "ci_low": 0.0, "ci_high": 0.0, "a_better": 0, "b_better": 0}
-    rng = np.random.default_rng(12345)
-    boots = d[rng.integers(0, len(d), size=(reps, len(d)))].mean(axis=1)
-    lo, hi = np.percentile(boots, [2.5, 97.5])
-    return {"n": len(ids), "mean": float(d.mean()), "ci_low": float(lo), "ci_high": float(hi),
-            "a_better": int((d > 0).sum()), "b_better": int((d < 0).sum())}
 
 
 # ---- trained phases ----------------------------------------------------------------------------

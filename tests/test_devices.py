@@ -279,3 +279,45 @@ def test_cli_device_flags(tmp_path: Path) -> None:
     assert ev.exit_code == 2 and "--device" in ev.output
     help_text = runner.invoke(get_app(), ["eval", "--help"]).output
     assert "--max-doc-chars" in help_text and "--device" in help_text
+
+
+# ---- the generation copy's dtype: bfloat16 by default only where the CPU multiplies it natively -----------
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_auto_generation_dtype_follows_the_cpus_bfloat16_support(monkeypatch: pytest.MonkeyPatch,
+                                                                 native: bool) -> None:
+    from agents.devices import generation_dtype_for, native_bfloat16
+
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: native)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    assert native_bfloat16("cpu") is native
+    assert generation_dtype_for("auto", "cpu") == ("bfloat16" if native else None)
+    assert generation_dtype_for("float32", "cpu") is None
+    assert generation_dtype_for("bfloat16", "cpu") == "bfloat16"
+    # not measured elsewhere: auto keeps the model's own weights there
+    assert generation_dtype_for("auto", torch.device("meta")) is None
+
+
+def test_a_generation_dtype_outside_the_list_is_refused_before_any_model_loads() -> None:
+    from agents.baselines import make_agent
+    from agents.devices import generation_dtype_for
+
+    with pytest.raises(ValueError, match="generation_dtype must be one of auto, float32, bfloat16"):
+        generation_dtype_for("half", "cpu")
+    with pytest.raises(ValueError, match="generation_dtype must be one of"):
+        make_agent("searcher", device="cpu", generation_dtype="int8")
+
+
+def test_resume_settings_name_the_generation_copy_only_when_there_is_one() -> None:
+    from types import SimpleNamespace
+
+    from agents.evaluation.resume import generation_dtype_of, generation_settings
+
+    own = SimpleNamespace(policy=tiny_policy())
+    assert generation_settings(own) == {}
+    assert generation_dtype_of(own) == "float32"
+    own.policy.generation_dtype = "bfloat16"
+    assert generation_settings(own) == {"generation_dtype": "bfloat16"}
+    assert generation_dtype_of(own) == "bfloat16"
+    assert generation_settings(SimpleNamespace(name="oracle")) == {}

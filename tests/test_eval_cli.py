@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -154,3 +155,10 @@ def test_eval_takes_your_own_agent_as_module_class(
     assert res.exit_code == 2 and "is a int, not a class or factory" in res.output
     res = CliRunner().invoke(get_app(), [*args, "--agent", "no_such_module:X"])
     assert res.exit_code == 2 and "cannot import module 'no_such_module'" in res.output
+
+
+def test_an_unknown_generation_dtype_is_a_usage_error_naming_the_flag() -> None:
+    result = CliRunner().invoke(get_app(), ["eval", "--agent", "searcher", "--generation-dtype", "half", "--n", "1"])
+    said = re.sub(r"[\s│╭╮╰╯─]+", " ", result.output)  # rich's boxes and wrapping taken out
+    assert result.exit_code == 2
+    assert "--generation-dtype" in said and "auto, float32, bfloat16" in said

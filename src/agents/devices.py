@@ -151,3 +151,37 @@ def describe(device: torch.device | str) -> str:
     if dev.type == "cuda" and torch.cuda.is_available():
         return f"{dev} ({torch.cuda.get_device_name(dev)})"
     return str(dev)
+
+
+#: What ``generation_dtype`` may be set to where a reference agent's model is loaded.
+GENERATION_DTYPES = ("auto", "float32", "bfloat16")
+
+
+def native_bfloat16(device: torch.device | str) -> bool:
+    """Whether ``device`` multiplies bfloat16 in hardware: a CPU with AVX512-BF16 or AMX.
+
+    Only the CPU is answered from its flags: where the packaged searcher's answers in bfloat16 were
+    measured (``benchmarks/searcher_cpu.py``). Other devices answer False until they are measured.
+    """
+    import torch
+
+    if torch.device(device).type != "cpu":
+        return False
+    checks = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+    return any(bool(check()) for check in checks if check is not None)
+
+
+def generation_dtype_for(name: str, device: torch.device | str) -> str | None:
+    """The generation copy's dtype for a setting of :data:`GENERATION_DTYPES` on ``device``.
+
+    ``auto`` is ``bfloat16`` where :func:`native_bfloat16` holds, else the model's own weights (None);
+    ``float32`` is always the model's own weights.
+
+    Raises:
+        ValueError: For a name outside :data:`GENERATION_DTYPES`.
+    """
+    if name not in GENERATION_DTYPES:
+        raise ValueError(f"generation_dtype must be one of {', '.join(GENERATION_DTYPES)}, got {name!r:.40}")
+    if name == "auto":
+        return "bfloat16" if native_bfloat16(device) else None
+    return None if name == "float32" else name

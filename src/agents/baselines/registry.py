@@ -21,6 +21,7 @@ def make_agent(
     temperature: float = 0.0,
     seed: int = 0,
     device: str | None = None,
+    generation_dtype: str = "auto",
 ) -> Agent:
     """Build a reference agent by name, or your own as ``module:Class``.
 
@@ -33,6 +34,9 @@ def make_agent(
         temperature: Sampling temperature (LLM agents; 0 is greedy).
         seed: Seed of the ``random`` agent.
         device: Where ``searcher`` loads its model (a device name, see :mod:`agents.devices`; None: auto).
+        generation_dtype: What ``searcher`` generates with: ``auto`` (a bfloat16 copy of the weights
+            where the device multiplies bfloat16 natively, :func:`agents.devices.native_bfloat16`;
+            else float32), ``float32`` or ``bfloat16``. A policy handed in is left as it is.
 
     Returns:
         The agent.
@@ -51,10 +55,13 @@ def make_agent(
         return HeuristicAgent()
     if name == "searcher":
         from agents.baselines.searcher import load_searcher
-        from agents.devices import resolve_device
+        from agents.devices import generation_dtype_for, resolve_device
 
-        return LLMAgent(name, load_searcher(device=resolve_device(device)), max_new_tokens=max_new_tokens,
-                        temperature=temperature)
+        where = resolve_device(device)
+        dtype = generation_dtype_for(generation_dtype, where)  # checked before the model loads
+        searcher = load_searcher(device=where)
+        searcher.generation_dtype = dtype
+        return LLMAgent(name, searcher, max_new_tokens=max_new_tokens, temperature=temperature)
     if name == "random":
         return RandomAgent(seed=seed)
     if name not in LLM_AGENTS:

@@ -168,6 +168,11 @@ def eval_command(
         "auto", "--device",
         help="Where an in-process model runs: auto (CUDA when available), cpu, cuda, cuda:N, mps, xpu.",
     ),
+    generation_dtype: str = typer.Option(
+        "auto", "--generation-dtype",
+        help="What the searcher generates with: auto (a bfloat16 copy of the weights on a CPU with native "
+        "bfloat16, else float32), float32 or bfloat16.",
+    ),
     retriever_option: list[str] = typer.Option(
         [], "--retriever-option",
         help="key=value for a retriever given as module:Class or by entry-point name (repeatable).",
@@ -213,12 +218,15 @@ def eval_command(
             "documents to index: add --corpus CORPUS.jsonl (or give an index folder as --retriever)",
             param_hint="--corpus",
         )
-    from agents.devices import check_device_name
+    from agents.devices import GENERATION_DTYPES, check_device_name
 
     try:
         check_device_name(device, "--device")
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--device") from None
+    if generation_dtype not in GENERATION_DTYPES:
+        raise typer.BadParameter(f"must be one of {', '.join(GENERATION_DTYPES)}, got {generation_dtype!r:.40}",
+                                 param_hint="--generation-dtype")
     check_model_flags(model, model_url, served_model, api)
     if out is not None:  # before anything runs: nothing is written through a link under --out
         _refuse_links(out, [], err)
@@ -285,6 +293,7 @@ def eval_command(
                 max_new_tokens=max_new_tokens,
                 env_kwargs={k: v for k, v in (("refiner", refiner), ("max_doc_chars", max_doc_chars)) if v} or None,
                 device=device,
+                generation_dtype=generation_dtype,
                 infra_errors="score" if score_infra_errors else "exclude",
             )
     except (ValueError, FileNotFoundError, RetrieverError, ModelServerError) as exc:

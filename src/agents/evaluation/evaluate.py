@@ -241,6 +241,7 @@ def evaluate(
     checkpoint_settings: Mapping[str, Any] | None = None,
     log: Callable[[str], None] | None = None,
     device: str | None = None,
+    generation_dtype: str = "auto",
     on_progress: Callable[[int, int], None] | None = None,
     infra_errors: str = "exclude",
     retriever_label: str | None = None,
@@ -274,6 +275,8 @@ def evaluate(
         log: Called with a line of progress: one per finished batch of episodes, and one when a
             run continues from saved episodes.
         device: Where an agent that loads its own model (``searcher``) puts it (None: auto).
+        generation_dtype: What that model generates with (``auto``, ``float32``, ``bfloat16``; see
+            :func:`agents.baselines.make_agent`).
         on_progress: Called with (episodes done, episodes in all) once the saved episodes are
             read and after every batch (saved episodes count as done), e.g. for a progress bar.
         infra_errors: ``"exclude"``: episodes in which the retriever failed are counted, not
@@ -296,7 +299,8 @@ def evaluate(
     if isinstance(agent, str) and agent in PIPELINE_NAMES:
         agent = make_pipeline(agent, policy=policy, max_new_tokens=max_new_tokens)
     elif isinstance(agent, str):
-        agent = make_agent(agent, policy=policy, max_new_tokens=max_new_tokens, seed=seed, device=device)
+        agent = make_agent(agent, policy=policy, max_new_tokens=max_new_tokens, seed=seed, device=device,
+                           generation_dtype=generation_dtype)
     name, ret_label = agent.name, retriever_label or _label(retriever)
     task_label = _label(task) if isinstance(task, str | os.PathLike) else "examples"
     episode_log = None
@@ -389,7 +393,10 @@ def evaluate(
     }
     where = getattr(getattr(agent, "policy", None), "device", None)  # an in-process model's device
     if where is not None:
+        from agents.evaluation.resume import generation_dtype_of
+
         config["device"] = str(where)
+        config["generation_dtype"] = generation_dtype_of(agent)
     if before is not None:
         after = agent.policy.usage  # type: ignore[union-attr]
         # requests, prompt/completion tokens as the server counted them, retries, request seconds

@@ -161,7 +161,28 @@ def run_settings(
             "protocol": protocol, "top_k": top_k, "max_turns": max_turns,
             "reward": reward if isinstance(reward, str) else dict(reward), "batch_size": batch_size,
             "seed": seed, "max_new_tokens": max_new_tokens, "env_kwargs": dict(env_kwargs or {}),
-            **served_model_settings(agent), **dict(extra or {})}
+            **served_model_settings(agent), **generation_settings(agent), **dict(extra or {})}
+
+
+def generation_dtype_of(agent: Any) -> str:
+    """The dtype an in-process agent's model generates with: its generation copy's, else its weights'."""
+    policy = getattr(agent, "policy", None)
+    copy = getattr(policy, "generation_dtype", None)
+    if copy is not None:
+        return str(copy).removeprefix("torch.")
+    params = getattr(getattr(policy, "model", None), "parameters", None)
+    first = next(iter(params()), None) if callable(params) else None
+    return str(first.dtype).removeprefix("torch.") if first is not None else "unknown"
+
+
+def generation_settings(agent: Any) -> dict[str, str]:
+    """``generation_dtype`` where an in-process model generates from a copy of its weights, else nothing.
+
+    Nothing for a model generating from its own weights keeps checkpoints written before the
+    setting existed resumable by such runs.
+    """
+    copy = getattr(getattr(agent, "policy", None), "generation_dtype", None)
+    return {} if copy is None else {"generation_dtype": str(copy).removeprefix("torch.")}
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -318,9 +318,15 @@ def test_real_minilm_embeddings_feed_the_wrapper(macro_env) -> None:
 # ---- PPO -----------------------------------------------------------------------------------------
 
 
-def test_short_ppo_run_trains_evaluates_saves_and_loads(corpus_file: Path, tmp_path: Path) -> None:
+def test_short_ppo_run_trains_evaluates_saves_and_loads(corpus_file: Path, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    import tempfile
+
     from agents.sb3 import Controller, ControllerConfig, compare_with_fixed, train_controller
 
+    scratch = tmp_path / "tempdir"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # where SB3's default logger would make its folder
     state = np.random.get_state()
     cfg = ControllerConfig(task="tiny", encoder="hashing", embed_dim=2, total_timesteps=256, n_envs=2,
                            n_steps=64, batch_size=64, n_epochs=2, max_turns=4, seed=1)
@@ -328,6 +334,7 @@ def test_short_ppo_run_trains_evaluates_saves_and_loads(corpus_file: Path, tmp_p
     ctrl = train_controller(cfg, env_overrides=overrides)
     after = np.random.get_state()
     assert np.array_equal(state[1], after[1]) and state[2] == after[2]  # global generator untouched
+    assert list(scratch.iterdir()) == []  # no SB3-<time> folder left in the temp directory
     report = compare_with_fixed(ctrl, env_overrides=overrides)
     names = [p["policy"] for p in report["policies"]]
     assert names == ["ppo", "answer-now", "search-once", "search-twice", "search-thrice", "best-per-kind",

@@ -22,6 +22,7 @@ import json
 import math
 import os
 import random
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -435,6 +436,7 @@ def train_controller(
     Returns:
         The trained controller.
     """
+    from stable_baselines3.common.logger import HumanOutputFormat, Logger
     from stable_baselines3.common.monitor import Monitor
     from stable_baselines3.common.vec_env import DummyVecEnv
 
@@ -449,6 +451,9 @@ def train_controller(
     vec.seed(config.seed)
     with isolated_global_rng(config.seed), _torch_threads(config.torch_threads):
         model = _ppo(config, vec, seed=config.seed, verbose=verbose)
+        # SB3's own logger makes an empty SB3-<time> folder in the temp directory on every learn():
+        # log to standard output when verbose, else nowhere, and leave no folder behind.
+        model.set_logger(Logger(None, [HumanOutputFormat(sys.stdout)] if verbose else []))
         model.learn(total_timesteps=config.total_timesteps)
     return Controller(model, embedder, config)
 

@@ -64,6 +64,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.evaluation.bench_checks import check_decoys, judge_pool, judge_set
+from agents.evaluation.resume import generation_settings
 from agents.evaluation.summary import mean_or_none as _mean
 from searchenv.corpus import atomic_write_lines
 from searchenv.utils.files import refuse_link
@@ -574,7 +575,9 @@ def run_bench(
         "max_doc_chars": max_doc_chars or DEFAULT_MAX_DOC_CHARS,
         "agent": agent.name,
         "model": model,
-        "sampling": {"temperature": temperature, "max_new_tokens": max_new_tokens, "seed": seed},
+        # a generation copy of the weights (bfloat16 on a CPU that has it) changes the numerics: say so
+        "sampling": {"temperature": temperature, "max_new_tokens": max_new_tokens, "seed": seed,
+                     **generation_settings(agent)},
         "judge": judge.describe() if judge is not None else None,
         "code_version": code_version(),
         "infra_errors": infra_errors,

@@ -114,9 +114,9 @@ def test_your_data_walkthrough_runs_as_written(tmp_path: Path) -> None:
         assert all(f"<search> {t} </search>" in turn for t, turn in zip(titles, searched, strict=True)), searched
         assert episode["metrics"]["evidence_recall"] == 1.0
     [chat] = json.loads((my / "eval-chat" / "results.json").read_text())["rows"]
-    assert chat["config"]["model_usage"]["requests"] == 8
+    assert chat["config"]["model_usage"]["requests"] == 4
     assert (my / "sft" / "checkpoint.pt").is_file()
-    assert "8 requests" in out and "loading model my/sft" in out
+    assert "4 requests" in out and "loading model my/sft" in out
     train = (my / "train.jsonl").read_text().splitlines()
     dev = (my / "dev.jsonl").read_text().splitlines()
     assert (len(train), len(dev)) == (6, 2)

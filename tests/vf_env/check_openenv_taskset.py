@@ -77,8 +77,8 @@ def _seeds_and_ids() -> tuple[list[int], dict[int, str]]:
     return seeds, ids
 
 
-def _run_doc_toml(tmp_path: Path, **model: Any) -> list[dict[str, Any]]:
-    """``vf-eval`` of the docs' TOML against ``serve-openenv`` (its default settings) and a scripted model."""
+def _run_doc_toml(tmp_path: Path, *server_args: str, **model: Any) -> list[dict[str, Any]]:
+    """``vf-eval`` of the docs' TOML against ``serve-openenv`` (defaults, then ``server_args``) and a scripted model."""
     if not (OPENENV_BIN / "searchenv").exists():
         pytest.skip(".venv-openenv is not built here (make test builds it)")
     config = tomllib.loads(_doc_toml())
@@ -88,7 +88,7 @@ def _run_doc_toml(tmp_path: Path, **model: Any) -> list[dict[str, Any]]:
     with log.open("wb") as sink:
         server = subprocess.Popen([str(OPENENV_BIN / "searchenv"), "serve-openenv", "--task", SETTINGS["task"],
                                    "--split", SETTINGS["split"], "--index", "bm25", "--port", str(port),
-                                   "--log-level", "warning"], stdout=subprocess.DEVNULL, stderr=sink)
+                                   "--log-level", "warning", *server_args], stdout=subprocess.DEVNULL, stderr=sink)
     try:
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 120
@@ -138,11 +138,11 @@ def test_bundled_openenv_taskset_rewards_equal_in_process_searchqa(tmp_path: Pat
 
 
 def test_a_slow_model_that_copies_what_it_is_shown_scores_nothing(tmp_path: Path) -> None:
-    """15 s a turn (past the server's 10 s request timeout) and a copier: the episodes live, and score 0."""
+    """2.5 s a turn (past the server's 1 s ``--request-timeout``) and a copier: the episodes live, and score 0."""
     seeds, ids = _seeds_and_ids()
     examples, _ = resolve_task(SETTINGS["task"], SETTINGS["split"], None)
     golds = {e.id: e.answers for e in examples}
-    traces = _run_doc_toml(tmp_path, copier=True, delay_s=15.0)
+    traces = _run_doc_toml(tmp_path, "--request-timeout", "1", copier=True, delay_s=2.5)
     assert len(traces) == len(seeds)
     for trace in traces:
         assert trace["errors"] == [], trace["errors"]

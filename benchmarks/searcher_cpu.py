@@ -1,4 +1,4 @@
-"""The packaged searcher on the CPU: float32 weights against a bfloat16 generation copy, same questions.
+"""The packaged searcher: float32 weights against a bfloat16 generation copy, same questions (CPU or GPU).
 
 Runs the packaged searcher (``searchenv eval --agent searcher``'s model) greedily on the first N
 questions of a task split with the settings it was trained with (``make demo``'s: BM25, top 3,
@@ -11,9 +11,13 @@ the other:
 
 It reports seconds per question, generated tokens per second, EM per arm and the paired EM
 difference with a 95% bootstrap interval over questions, and writes
-``benchmarks/results/searcher_cpu.json`` and ``.md``. The load average is recorded before and after.
+``benchmarks/results/<label>.json`` and ``.md``. The load average is recorded before and after.
+Everything but the dtype is left to the device (on CUDA: the static loop and a captured step in both
+arms, ``agents.devices.fast_generation``), so on a GPU the bfloat16 arm is what ``searchenv eval``
+runs by default and the float32 arm what ``--generation-dtype float32`` runs.
 
     python benchmarks/searcher_cpu.py --n 200
+    python benchmarks/searcher_cpu.py --device cuda --n 200 --batch-size 200 --label searcher_gpu_dtype
 """
 
 from __future__ import annotations
@@ -50,8 +54,8 @@ def run_arm(name: str, args: argparse.Namespace) -> dict[str, Any]:
     from agents.baselines.searcher import load_searcher
     from agents.evaluation.evaluate import evaluate
 
-    policy = load_searcher(device="cpu")
-    policy.generation_dtype = ARMS[name]
+    policy = load_searcher(device=args.device)
+    policy.generation_dtype = ARMS[name] or "float32"
     agent = LLMAgent("searcher", policy, max_new_tokens=args.max_new_tokens, temperature=0.0)
     start = time.perf_counter()
     result = evaluate(agent, task=args.task, split=args.split, retriever="bm25", n=args.n, top_k=3,
@@ -76,12 +80,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=80)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--label", default="searcher_cpu", help="name of the result files")
+    ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     load_before = os.getloadavg()
     arms = {name: run_arm(name, args) for name in ARMS}
     load_after = os.getloadavg()
     diff = paired_difference(arms["bfloat16"], arms["float32"], "em")
+    from agents.devices import describe, fast_generation, resolve_device
+
+    device = resolve_device(args.device)
+    where = "the CPU" if device.type == "cpu" else describe(device)
+    path = fast_generation(device)
+    graph = "on" if path.cuda_graph else "off"
     speedup = arms["float32"]["seconds"] / arms["bfloat16"]["seconds"]
     rows = []
     for name, arm in arms.items():
@@ -89,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(f"| {name} | {arm['em']:.3f} | {arm['seconds_per_question']:.2f} | {rate:,.0f} | "
                     f"{arm['seconds']:.0f} |")
     table = "\n".join([
-        f"# The packaged searcher on the CPU: float32 vs a bfloat16 generation copy ({args.task} {args.split}, "
+        f"# The packaged searcher on {where}: float32 vs a bfloat16 generation copy ({args.task} {args.split}, "
         f"first {args.n} questions)",
         "",
         "| generation weights | EM | s / question | generated tokens / s | seconds |",
@@ -101,10 +112,12 @@ def main(argv: list[str] | None = None) -> int:
         f"{diff['a_better']}, the reverse on {diff['b_better']}). Speed-up {speedup:.2f}x.",
         "",
         f"Greedy, BM25, top 3, 3 turns, 450 characters a document, {args.max_new_tokens} new tokens, "
-        f"{args.batch_size} episodes in flight, {args.threads} torch threads; CPU flags {', '.join(cpu_flags())}; "
+        f"{args.batch_size} episodes in flight, {path.decode} decode loop (graph {graph}), "
+        f"{args.threads} torch threads; CPU flags {', '.join(cpu_flags())}; "
         f"torch {torch.__version__}. Load average {load_before[0]:.2f} before, {load_after[0]:.2f} after.",
     ])
-    data = {"settings": {**vars(args), "cpu_flags": cpu_flags(), "torch": torch.__version__},
+    data = {"settings": {**vars(args), "device": describe(device), "decode": path.decode,
+                         "cuda_graph": path.cuda_graph, "cpu_flags": cpu_flags(), "torch": torch.__version__},
             "load_average": {"before": load_before, "after": load_after},
             "arms": arms, "bfloat16_minus_float32_em": diff, "speedup": speedup}
     command = "python benchmarks/searcher_cpu.py " + " ".join(argv if argv is not None else sys.argv[1:])

@@ -17,7 +17,16 @@ from typing import Any
 import pytest
 import torch
 
-from agents.devices import autocast, check_device_name, model_device, resolve_device, to_device
+from agents.devices import (
+    CUDA_GENERATION,
+    autocast,
+    check_device_name,
+    fast_generation,
+    model_device,
+    resolve_device,
+    to_device,
+)
+from agents.policies.hf.graphs import StandInGraph
 from agents.trainers.metrics import read_metrics
 from agents.trainers.samples import Sample, forward_logprobs, pad_samples
 from searchenv.retrievers.base import Hit
@@ -31,11 +40,21 @@ def _weights(policy: Any) -> dict[str, torch.Tensor]:
         return {k: v.detach().clone() for k, v in policy.model.state_dict().items()}
 
 
-def _placed(seed: int = 0) -> tuple[Any, VirtualDevice]:
-    policy = tiny_policy(seed=seed)
+def _placed(seed: int = 0, **kwargs: Any) -> tuple[Any, VirtualDevice]:
+    """A tiny policy on the virtual ``cuda:0``; left to choose, it takes the CUDA generation path."""
+    policy = tiny_policy(seed=seed, **kwargs)
     vd = VirtualDevice()
     vd.place(policy.model)
+    policy.graph_capture = StandInGraph.capture  # the fixed-shape step runs eagerly: no CUDA here
     return policy, vd
+
+
+def _cuda_path_on_the_host(seed: int = 0) -> Any:
+    """The same tiny policy on the CPU, told to take the CUDA path: what the placed one must compute."""
+    policy = tiny_policy(seed=seed, decode=CUDA_GENERATION.decode, cuda_graph=CUDA_GENERATION.cuda_graph,
+                         generation_dtype=CUDA_GENERATION.dtype)
+    policy.graph_capture = StandInGraph.capture
+    return policy
 
 
 def _sample(policy: Any) -> Sample:
@@ -76,19 +95,27 @@ def test_forward_logprobs_moves_a_host_batch_to_the_model_and_keeps_the_numbers(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("decode", ["dynamic", "static"])
+@pytest.mark.parametrize("decode", ["dynamic", "static", "auto"])
 def test_generation_and_judges_on_the_device(decode: str) -> None:
+    """Each loop from the model's weights, and (``auto``) the CUDA default: static, graph, bfloat16 copy."""
     from agents.evaluation.judges import PolicyAnswerJudge, PolicyRelevanceJudge
 
     prompts = [_sample(tiny_policy(seed=0)).ids, _sample(tiny_policy(seed=0)).ids[:-4]]
     kwargs = {"stop": ["</answer>"], "max_new_tokens": 6, "temperature": 1.0, "seed": [3, 4]}
-    expected = tiny_policy(seed=0, decode=decode).generate(prompts, **kwargs)
-    policy = tiny_policy(seed=0, decode=decode)
-    vd = VirtualDevice()
-    vd.place(policy.model)
+    if decode == "auto":
+        expected = _cuda_path_on_the_host().generate(prompts, **kwargs)
+        policy, vd = _placed()
+    else:
+        told = {"decode": decode, "cuda_graph": False, "generation_dtype": "float32"}
+        expected = tiny_policy(seed=0, **told).generate(prompts, **kwargs)
+        policy, vd = _placed(**told)
     with vd:
         got = policy.generate(prompts, **kwargs)
         assert [g.token_ids for g in got] == [g.token_ids for g in expected]
+        if decode == "auto":  # chosen at the first call on the device
+            assert (policy.decode_mode, policy.cuda_graph, policy.generation_dtype) == (
+                "static", True, torch.bfloat16)
+            assert policy.generation_model is not policy.model and StandInGraph.captured
         lps = policy.token_logprobs([list(p) + list(g.token_ids) for p, g in zip(prompts, got, strict=True)],
                                     [len(p) for p in prompts])
         assert all(vd.on_device(x) for x in lps)
@@ -109,8 +136,8 @@ def _run_both(train: Any, make_cfg: Any, must_move: bool = True, **kwargs: Any) 
     order in both runs (gradient norms differed in the last bit), and Adam turns a last-bit
     difference of a near-zero gradient into a visible one.
     """
-    plain = train(make_cfg("plain"), policy=tiny_policy(seed=0), **kwargs)
-    policy, vd = _placed()
+    plain = train(make_cfg("plain"), policy=_cuda_path_on_the_host(), **kwargs)
+    policy, vd = _placed()  # left to choose: the CUDA path, which the plain run was told to take
     with vd, host_kernels():
         checked = train(make_cfg("checked"), policy=policy, **kwargs)
         assert all(vd.on_device(p) for p in checked["policy"].model.parameters())
@@ -321,3 +348,49 @@ def test_resume_settings_name_the_generation_copy_only_when_there_is_one() -> No
     assert generation_settings(own) == {"generation_dtype": "bfloat16"}
     assert generation_dtype_of(own) == "bfloat16"
     assert generation_settings(SimpleNamespace(name="oracle")) == {}
+
+
+def test_a_policy_left_to_choose_generates_the_devices_fastest_way_and_follows_a_move() -> None:
+    """CPU: dynamic loop, own weights. Moved to (virtual) CUDA: static step, captured, bfloat16 copy."""
+    assert fast_generation("cpu") == fast_generation(torch.device("cpu")) != CUDA_GENERATION
+    assert fast_generation("cuda:1") == fast_generation(torch.device("cuda")) == CUDA_GENERATION
+    policy = tiny_policy(seed=0)
+    told = tiny_policy(seed=0, decode="dynamic", cuda_graph=False, generation_dtype="float32")
+    assert (policy.decode_mode, policy.cuda_graph, policy.generation_dtype) == ("dynamic", False, None)
+    prompt = [_sample(policy).ids]
+    policy.generate(prompt, max_new_tokens=2, temperature=0.0)
+    for pol in (policy, told):
+        vd = VirtualDevice()
+        vd.place(pol.model)  # a trainer moved the model
+        pol.graph_capture = StandInGraph.capture
+        with vd:
+            got = pol.generate(prompt, max_new_tokens=2, temperature=0.0)
+        assert len(got[0].token_ids) == 2
+    assert (policy.decode_mode, policy.cuda_graph, policy.generation_dtype) == ("static", True, torch.bfloat16)
+    assert (told.decode_mode, told.cuda_graph, told.generation_dtype) == ("dynamic", False, None)  # as told
+    policy.cuda_graph = False  # set by hand: the device no longer chooses it
+    policy.generation_dtype = "float32"
+    assert (policy.cuda_graph, policy.generation_dtype) == (False, None)
+
+
+def test_episodes_in_flight_fill_a_cuda_devices_free_memory_and_stay_32_elsewhere(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from agents.devices import HOST_EPISODES_IN_FLIGHT, episodes_in_flight
+
+    policy = tiny_policy(seed=0)
+    assert episodes_in_flight(policy, 500, 1000) == HOST_EPISODES_IN_FLIGHT == 32  # the CPU
+    assert episodes_in_flight(None, 500, 1000) == 32  # a served model
+
+    class OnCuda:  # the same model as a CUDA device reports it (no GPU here)
+        model = policy.model
+        device = torch.device("cuda", 0)
+        generation_dtype = torch.bfloat16
+
+    cfg = policy.model.config
+    per_token = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * (cfg.hidden_size // cfg.num_attention_heads) * 2
+    free = 1000 * per_token * 1000  # room for 1,000 episodes of 1,000 tokens; half of it for key/values
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free, 2 * free))
+    assert episodes_in_flight(OnCuda(), 5000, 1000) == 500
+    assert episodes_in_flight(OnCuda(), 200, 1000) == 200  # every episode at once
+    assert episodes_in_flight(OnCuda(), 200, 10**9) == 1

@@ -162,3 +162,26 @@ def test_an_unknown_generation_dtype_is_a_usage_error_naming_the_flag() -> None:
     said = re.sub(r"[\s│╭╮╰╯─]+", " ", result.output)  # rich's boxes and wrapping taken out
     assert result.exit_code == 2
     assert "--generation-dtype" in said and "auto, float32, bfloat16" in said
+
+
+def test_an_unknown_decode_loop_is_a_usage_error_naming_the_flag() -> None:
+    result = CliRunner().invoke(get_app(), ["eval", "--agent", "llm", "--decode", "fast", "--n", "1"])
+    said = re.sub(r"[\s│╭╮╰╯─]+", " ", result.output)
+    assert result.exit_code == 2
+    assert "--decode" in said and "auto, static or dynamic" in said
+
+
+def test_eval_tells_an_in_process_model_its_decode_loop_and_keeps_32_in_flight_off_cuda(
+    qa_file: Path, corpus_file: Path
+) -> None:
+    from agents.evaluation.evaluate import evaluate
+    from tests.tiny_model import tiny_policy
+
+    policy = tiny_policy(seed=0)
+    assert (policy.decode_mode, policy.cuda_graph) == ("dynamic", False)  # the CPU's own choice
+    result = evaluate("llm", task=qa_file, corpus=corpus_file, policy=policy, n=2, max_turns=1, max_new_tokens=3,
+                      decode="static", cuda_graph=True)
+    assert (policy.decode_mode, policy.cuda_graph) == ("static", True)
+    assert result.config["batch_size"] == 32  # unset: the host's number
+    with pytest.raises(ValueError, match="decode must be auto, static or dynamic"):
+        evaluate("llm", task=qa_file, corpus=corpus_file, policy=policy, n=1, decode="fast")

@@ -212,7 +212,8 @@ def test_no_copy_unless_asked_and_dropped_when_turned_off(tiny: tuple[Any, Any])
     gc.collect()
     assert held() is None and not pol._slots.slots  # the copy and the buckets kept for it are freed
     assert pol.generation_model is model
-    for kwargs, match in (({"generation_dtype": "float32"}, "generation_dtype"),
-                          ({"generation_dtype": "int8"}, "dtype"), ({"graph_buckets": 0}, "graph_buckets")):
+    assert HFPolicy(model, tokenizer, generation_dtype="float32").generation_dtype is None  # the model's own
+    for kwargs, match in (({"generation_dtype": "int8"}, "dtype"), ({"graph_buckets": 0}, "graph_buckets"),
+                          ({"decode": "fast"}, "decode"), ({"cuda_graph": "yes"}, "cuda_graph")):
         with pytest.raises(ValueError, match=match):
             HFPolicy(model, tokenizer, **kwargs)

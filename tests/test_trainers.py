@@ -200,8 +200,14 @@ def test_grpo_samples_from_a_bfloat16_copy_that_follows_every_update(
     for (name, p), q in zip(out.model.named_parameters(), low.parameters(), strict=True):
         assert torch.equal(q, p.detach().to(torch.bfloat16)), name  # refreshed after the last update
     assert out._gen.refreshes >= 2  # once per update, by the trainer
-    with pytest.raises(ValueError, match="generation_dtype"):
-        _grpo_cfg(tmp_path, qa_file, corpus_file, generation_dtype="float32")
+    for field, value in (("generation_dtype", "int8"), ("decode", "fast"), ("cuda_graph", "yes")):
+        with pytest.raises(ValueError, match=field):
+            _grpo_cfg(tmp_path, qa_file, corpus_file, **{field: value})
+    # float32: the weights themselves; the loop and the graph as told (the device no longer chooses them)
+    told_cfg = _grpo_cfg(tmp_path / "told", qa_file, corpus_file, steps=1, generation_dtype="float32",
+                         decode="static", cuda_graph=False)
+    told = train_grpo(told_cfg, policy=tiny_policy(seed=0), reward=toy_reward)["policy"]
+    assert (told.generation_dtype, told.decode_mode, told.cuda_graph) == (None, "static", False)
 
 
 def test_grpo_resume_after_kill_matches_uninterrupted_run(tmp_path: Path, qa_file: Path, corpus_file: Path) -> None:

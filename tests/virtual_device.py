@@ -93,6 +93,28 @@ class VirtualDevice(TorchFunctionMode):
         return module
 
     # ---- the mode --------------------------------------------------------------------------
+    def __enter__(self) -> VirtualDevice:
+        # ``nn.Parameter(t)`` makes its tensor without a torch function: it lives where ``t`` does
+        # (a generation copy of the weights built from device tensors is on the device).
+        made = torch.nn.Parameter.__new__
+
+        def new_parameter(cls: type, data: Any = None, requires_grad: bool = True) -> Any:
+            out = made(cls, data, requires_grad)
+            if isinstance(data, torch.Tensor):
+                self._tag(out, self.on_device(data))
+            return out
+
+        self._parameter_patch = mock.patch.object(torch.nn.Parameter, "__new__", new_parameter)
+        self._parameter_patch.start()
+        super().__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            super().__exit__(*exc)
+        finally:
+            self._parameter_patch.stop()
+
     def _is_virtual(self, dev: Any) -> bool:
         if isinstance(dev, torch.Tensor):
             return self.on_device(dev)

@@ -15,6 +15,7 @@
 #   trl       benchmarks/trl_grpo.py: TRL's GRPOTrainer through rollout_func from the packaged SFT
 #             adapter (issue 30; about 4 minutes, training capped by TRL_BUDGET seconds)
 #   decode    benchmarks/gpu_decode.py: both decode loops and transformers' generate at 128 rows
+#   dtype     benchmarks/searcher_cpu.py --device cuda: the searcher's EM, bfloat16 copy (the default) vs float32
 #   learning  benchmarks/learning.py, issue 29's SFT (2,000 oracle demonstrations, all weights) beside
 #             the heuristic on 200 held-out synthetic-2hop questions, and the shipped form: its weight
 #             change compressed to adapters (RANKS), evaluated as loaded by load_searcher; exported to
@@ -111,6 +112,19 @@ elif [ "$QUICK" = 1 ]; then
 else
   "$PY" benchmarks/gpu_decode.py --device "$DEVICE" --rows 128
   cp benchmarks/results/gpu_decode.json benchmarks/results/gpu_decode.md "$OUT"/
+fi
+
+# (1b) the packaged searcher's greedy EM from the default bfloat16 generation copy against float32, on the
+# same 200 dev questions, every episode in flight (both arms on the device's default loop and graph).
+if has dtype; then
+  if [ "$QUICK" = 1 ]; then
+    "$PY" benchmarks/searcher_cpu.py --device "$DEVICE" --n 4 --batch-size 4 --threads 1 --label searcher_dtype_smoke
+    cp benchmarks/results/searcher_dtype_smoke.* "$OUT"/
+  else
+    "$PY" benchmarks/searcher_cpu.py --device "$DEVICE" --n 200 --batch-size 200 --threads 8 \
+      --label searcher_gpu_dtype || echo "searcher_cpu.py failed: exit $?"
+    cp benchmarks/results/searcher_gpu_dtype.* "$OUT"/ 2>/dev/null || true
+  fi
 fi
 
 # (2) the learning recipe: SFT on 2,000 oracle demonstrations beside the heuristic on the same held-out

@@ -35,7 +35,7 @@ def make_agent(
         seed: Seed of the ``random`` agent.
         device: Where ``searcher`` loads its model (a device name, see :mod:`agents.devices`; None: auto).
         generation_dtype: What ``searcher`` generates with: ``auto`` (a bfloat16 copy of the weights
-            where the device multiplies bfloat16 natively, :func:`agents.devices.native_bfloat16`;
+            on CUDA and where a CPU multiplies bfloat16 natively, :func:`agents.devices.generation_dtype_for`;
             else float32), ``float32`` or ``bfloat16``. A policy handed in is left as it is.
 
     Returns:

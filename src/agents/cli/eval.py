@@ -153,7 +153,10 @@ def eval_command(
     top_k: int = typer.Option(3, "--top-k", min=1, help="Documents per query."),
     max_turns: int = typer.Option(4, "--max-turns", min=1, help="Turn budget per question."),
     reward: str = typer.Option("default", "--reward", help="Reward preset (reported in transcripts)."),
-    batch_size: int = typer.Option(32, "--batch-size", min=1, help="Episodes in flight at once."),
+    batch_size: int | None = typer.Option(
+        None, "--batch-size", min=1,
+        help="Episodes in flight at once (default: as many as fit an in-process model's CUDA memory; 32 elsewhere).",
+    ),
     max_new_tokens: int = typer.Option(96, "--max-new-tokens", min=1, help="Tokens per LLM turn."),
     refiner: str | None = typer.Option(
         None, "--refiner",
@@ -170,8 +173,15 @@ def eval_command(
     ),
     generation_dtype: str = typer.Option(
         "auto", "--generation-dtype",
-        help="What the searcher generates with: auto (a bfloat16 copy of the weights on a CPU with native "
-        "bfloat16, else float32), float32 or bfloat16.",
+        help="What an in-process model generates with: float32, bfloat16 (a copy of the weights), or auto: "
+        "bfloat16 on CUDA, and for the searcher also on a CPU with native bfloat16; else float32.",
+    ),
+    decode: str = typer.Option(
+        "auto", "--decode", help="An in-process model's decode loop: auto (static on CUDA), static or dynamic.",
+    ),
+    cuda_graph: bool | None = typer.Option(
+        None, "--cuda-graph/--no-cuda-graph",
+        help="Capture the static decode step in a CUDA graph (default: on CUDA).",
     ),
     retriever_option: list[str] = typer.Option(
         [], "--retriever-option",
@@ -227,12 +237,16 @@ def eval_command(
     if generation_dtype not in GENERATION_DTYPES:
         raise typer.BadParameter(f"must be one of {', '.join(GENERATION_DTYPES)}, got {generation_dtype!r:.40}",
                                  param_hint="--generation-dtype")
+    if decode not in ("auto", "static", "dynamic"):
+        raise typer.BadParameter(f"must be auto, static or dynamic, got {decode!r:.40}", param_hint="--decode")
     check_model_flags(model, model_url, served_model, api)
     if out is not None:  # before anything runs: nothing is written through a link under --out
         _refuse_links(out, [], err)
     policy: Any = None
     if any(a in _MODEL_AGENTS for a in agent):
         policy = build_policy(model, model_url, served_model, api, concurrency, request_timeout, device, err)
+        if generation_dtype != "auto" and hasattr(policy, "decode_mode"):  # an in-process model, told
+            policy.generation_dtype = generation_dtype
 
     def progress(r: EvalResult) -> None:
         served = r.config.get("model_usage")
@@ -294,6 +308,8 @@ def eval_command(
                 env_kwargs={k: v for k, v in (("refiner", refiner), ("max_doc_chars", max_doc_chars)) if v} or None,
                 device=device,
                 generation_dtype=generation_dtype,
+                decode=decode,
+                cuda_graph=cuda_graph,
                 infra_errors="score" if score_infra_errors else "exclude",
             )
     except (ValueError, FileNotFoundError, RetrieverError, ModelServerError) as exc:

@@ -184,6 +184,33 @@ class EvalResult:
         }
 
 
+def _set_generation_path(policy: Any, decode: str, cuda_graph: bool | None) -> None:
+    """Tell an in-process model (one with ``decode_mode``) its decode loop and graph, where not left to it."""
+    if decode not in ("auto", "static", "dynamic"):
+        raise ValueError(f"decode must be auto, static or dynamic, got {decode!r:.40}")
+    if policy is None or not hasattr(policy, "decode_mode"):
+        return
+    if decode != "auto":
+        policy.decode_mode = decode
+    if cuda_graph is not None:
+        policy.cuda_graph = cuda_graph
+
+
+def _episodes_in_flight(agent: Any, episodes: int, *, top_k: int, max_turns: int, max_new_tokens: int,
+                        env_kwargs: Mapping[str, Any] | None) -> int:
+    """``batch_size`` left unset: every episode that fits an in-process CUDA model's memory, else 32.
+
+    An episode's longest context is bounded by a system prompt and question (512 tokens) and, per
+    turn, the generated tokens and ``top_k`` documents of ``max_doc_chars`` (about 3 characters a token).
+    """
+    from agents.devices import episodes_in_flight
+
+    doc_chars = int(dict(env_kwargs or {}).get("max_doc_chars", DEFAULT_MAX_DOC_CHARS))
+    turns = getattr(agent, "max_turns", None) or max_turns
+    tokens = 512 + min(turns, max_turns) * (max_new_tokens + top_k * (doc_chars // 3 + 16))
+    return episodes_in_flight(getattr(agent, "policy", None), episodes, tokens)
+
+
 def _label(obj: str | os.PathLike[str] | Retriever) -> str:
     if isinstance(obj, str | os.PathLike):
         return str(obj)
@@ -233,7 +260,7 @@ def evaluate(
     top_k: int = 3,
     max_turns: int = 4,
     reward: str | Mapping[str, float] = "default",
-    batch_size: int = 32,
+    batch_size: int | None = None,
     seed: int = 0,
     max_new_tokens: int = 96,
     env_kwargs: Mapping[str, Any] | None = None,
@@ -242,6 +269,8 @@ def evaluate(
     log: Callable[[str], None] | None = None,
     device: str | None = None,
     generation_dtype: str = "auto",
+    decode: str = "auto",
+    cuda_graph: bool | None = None,
     on_progress: Callable[[int, int], None] | None = None,
     infra_errors: str = "exclude",
     retriever_label: str | None = None,
@@ -263,7 +292,8 @@ def evaluate(
         top_k: Documents per query.
         max_turns: Turn budget per question.
         reward: Reward preset or term weights (reported per step in the transcripts).
-        batch_size: Episodes in flight at once.
+        batch_size: Episodes in flight at once. None: as many as fit when the agent's model is on a
+            CUDA device (:func:`agents.devices.episodes_in_flight`), else 32.
         seed: Run seed.
         max_new_tokens: Generation cap per turn for LLM agents given by name.
         env_kwargs: Further ``SearchQAEnv`` arguments.
@@ -277,6 +307,9 @@ def evaluate(
         device: Where an agent that loads its own model (``searcher``) puts it (None: auto).
         generation_dtype: What that model generates with (``auto``, ``float32``, ``bfloat16``; see
             :func:`agents.baselines.make_agent`).
+        decode: The decode loop of an in-process model (``static``, ``dynamic``; ``auto``: the
+            model's own choice, static on CUDA; :class:`~agents.policies.hf.HFPolicy`).
+        cuda_graph: Whether that model captures its static decode step (None: its own choice, on CUDA).
         on_progress: Called with (episodes done, episodes in all) once the saved episodes are
             read and after every batch (saved episodes count as done), e.g. for a progress bar.
         infra_errors: ``"exclude"``: episodes in which the retriever failed are counted, not
@@ -301,6 +334,10 @@ def evaluate(
     elif isinstance(agent, str):
         agent = make_agent(agent, policy=policy, max_new_tokens=max_new_tokens, seed=seed, device=device,
                            generation_dtype=generation_dtype)
+    _set_generation_path(getattr(agent, "policy", None), decode, cuda_graph)
+    if batch_size is None:
+        batch_size = _episodes_in_flight(agent, len(examples), top_k=top_k, max_turns=max_turns,
+                                         max_new_tokens=max_new_tokens, env_kwargs=env_kwargs)
     name, ret_label = agent.name, retriever_label or _label(retriever)
     task_label = _label(task) if isinstance(task, str | os.PathLike) else "examples"
     episode_log = None

@@ -334,7 +334,7 @@ def _require(ckpt: Mapping[str, Any], path: Path, keys: Sequence[str]) -> None:
 #: Every other setting decides what the run learns and must be the one the checkpoint was trained with.
 RESUME_MAY_CHANGE = frozenset({
     "output_dir", "device", "threads", "progress", "log_every", "save_every", "micro_batch_size",
-    "gradient_checkpointing", "steps", "max_generated_tokens",
+    "gradient_checkpointing", "steps", "max_generated_tokens", "decode", "cuda_graph",
 })
 _FIT_TO_DO = "resume with the run's own settings (model, lora), or start over with --overwrite"
 

@@ -218,8 +218,18 @@ class RLConfig(TrainConfig):
     generation_dtype: str | None = field(
         default=None,
         metadata=_help("Sample episodes from a copy of the weights in this dtype (bfloat16 | float16), refreshed "
-                       "after every update; training and log-probs keep the weights' own dtype. Unset: sample "
-                       "from the weights themselves."),
+                       "after every update; training and log-probs keep the weights' own dtype. float32: sample "
+                       "from the weights themselves. Unset: the device's fastest path (a bfloat16 copy of float32 "
+                       "weights on CUDA, the weights themselves elsewhere; agents.devices.fast_generation)."),
+    )
+    decode: str = field(
+        default="auto",
+        metadata=_help("The rollouts' decode loop: static | dynamic (the same tokens for the same seeds) | auto "
+                       "(static on CUDA, dynamic elsewhere)."),
+    )
+    cuda_graph: bool | None = field(
+        default=None,
+        metadata=_help("Capture the static loop's decode step in a CUDA graph (false: never). Unset: on CUDA."),
     )
 
     default_learning_rate: ClassVar[float] = 1e-6
@@ -240,8 +250,13 @@ class RLConfig(TrainConfig):
 
         super().__post_init__()
         _positive_int(self, "batch_size", "epochs", "minibatches")
-        if self.generation_dtype not in (None, "bfloat16", "float16"):
-            raise ValueError(f"generation_dtype must be bfloat16, float16 or unset, got {self.generation_dtype!r}")
+        if self.generation_dtype not in (None, "float32", "bfloat16", "float16"):
+            raise ValueError(
+                f"generation_dtype must be float32, bfloat16, float16 or unset, got {self.generation_dtype!r}")
+        if self.decode not in ("auto", "static", "dynamic"):
+            raise ValueError(f"decode must be auto, static or dynamic, got {self.decode!r}")
+        if self.cuda_graph is not None and not isinstance(self.cuda_graph, bool):
+            raise ValueError(f"cuda_graph must be true, false or unset, got {self.cuda_graph!r}")
         if self.minibatches > self.episodes_per_step:
             raise ValueError(
                 f"minibatches ({self.minibatches}) cannot exceed episodes per step ({self.episodes_per_step})"

@@ -66,6 +66,11 @@ def init_policy(cfg: TrainConfig, policy: Any = None, init_from: str | None = No
     generation_dtype = getattr(cfg, "generation_dtype", None)
     if generation_dtype is not None:
         policy.generation_dtype = generation_dtype  # built at the first rollout, refreshed after each update
+    decode, cuda_graph = getattr(cfg, "decode", "auto"), getattr(cfg, "cuda_graph", None)
+    if decode != "auto":
+        policy.decode_mode = decode
+    if cuda_graph is not None:
+        policy.cuda_graph = cuda_graph
     return policy
 
 

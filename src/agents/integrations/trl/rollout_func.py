@@ -67,6 +67,7 @@ class SearchQARollout:
         for ex in self.env.examples:
             self._by_question.setdefault(ex.question, ex)
         self._calls = 0
+        self._hf_policy: Any = None  # the HFPolicy on the trainer's model (see _policy)
         #: The rollout engine's statistics of the latest call (generation, environment and retrieval seconds).
         self.last_stats: Any = None
 
@@ -194,8 +195,13 @@ class SearchQARollout:
             was_training = model.training
             model.eval()
             try:
-                # a fresh policy per call: its key/value cache must not outlive a weight update
-                yield HFPolicy(model, trainer.processing_class)
+                # One policy per model object, kept across calls: on CUDA its bfloat16 copy and captured decode
+                # steps are refreshed in place after each update, and its key/value cache is dropped when the
+                # weights' version counters moved (no cache outlives an update).
+                kept = self._hf_policy
+                if kept is None or kept.model is not model:
+                    kept = self._hf_policy = HFPolicy(model, trainer.processing_class)
+                yield kept
             finally:
                 model.train(was_training)
 

@@ -31,9 +31,13 @@ Generation runs its own sampling loop over the model's forward pass:
 Two decode loops give the same token ids, finish reasons and text for the same seeds (log-probs
 equal to float rounding: the batch shapes differ, so matrix products may round differently; a
 sampled token could only differ where a uniform falls within that rounding of a CDF step);
-``HFPolicy(decode=...)`` picks one:
+``HFPolicy(decode=...)`` picks one; left to choose (``"auto"``, the default), a policy takes the
+path of :func:`agents.devices.fast_generation` for its model's device: on CUDA the static loop, its
+step captured in a CUDA graph, from a bfloat16 copy of float32 weights; elsewhere the dynamic loop
+from the weights themselves. ``decode=``, ``cuda_graph=False`` and ``generation_dtype="float32"``
+turn each part off.
 
-- ``"dynamic"`` (the default): the host reads every sampled token, checks each live row's stop
+- ``"dynamic"``: the host reads every sampled token, checks each live row's stop
   strings by decoding its last window, draws each row's uniform from its own CPU generator, and
   drops finished rows from the batch once a quarter of it has finished, so they stop costing
   compute.

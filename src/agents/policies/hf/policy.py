@@ -42,22 +42,26 @@ class HFPolicy(DecodeLoops):
         prefill_tokens: Bound on ``rows x new tokens`` of one prefill forward (memory).
         prefix_cache: Keep the previous call's key/values to skip re-reading shared prefixes.
         eos_token_ids: Tokens that end a sequence; default the tokenizer's and generation config's EOS.
-        decode: ``"dynamic"`` (default) or ``"static"``, the decode loop (see the module docstring);
-            both give the same tokens, log-probs and finish reasons for the same seeds.
+        decode: ``"dynamic"``, ``"static"`` (see the module docstring; both give the same tokens,
+            log-probs and finish reasons for the same seeds) or ``"auto"`` (default): the loop of
+            :func:`agents.devices.fast_generation` for the model's device, ``static`` on CUDA and
+            ``dynamic`` elsewhere, chosen again if the model moves to another kind of device.
         sync_every: With ``decode="static"``, decode steps between reads of the sampled tokens by the
             host (where stop strings are checked); at most this many steps are computed past the
             point where every row has finished.
         cuda_graph: With ``decode="static"``, run each decode step over the whole key/value buffer
             (the same tensor shapes every step) and, on a CUDA device, capture it once per batch in a
-            ``torch.cuda.CUDAGraph`` and replay it. Off by default. On a CPU
+            ``torch.cuda.CUDAGraph`` and replay it. None (default): on for a CUDA device, off
+            elsewhere (as :func:`agents.devices.fast_generation` says); False turns it off. On a CPU
             the fixed-shape step runs eagerly (that is how the CPU tests check it). The step's
             key/value buffers and its graph are kept for later calls of the same (rows, capacity)
             bucket (see ``graph_buckets``).
         generation_dtype: ``"bfloat16"`` or ``"float16"`` to generate from a copy of the weights in
             that dtype (and a key/value cache in it) while :meth:`token_logprobs` and training keep
             the model's own weights; the copy follows every in-place change of those weights
-            (an optimizer step) before the next :meth:`generate`. None (default): generate from the
-            model's weights, no copy held.
+            (an optimizer step) before the next :meth:`generate`. None or ``"float32"``: generate
+            from the model's weights, no copy held. ``"auto"`` (default): a bfloat16 copy of
+            float32 weights on a CUDA device, none elsewhere (:func:`agents.devices.fast_generation`).
         graph_buckets: With ``cuda_graph=True``, how many (rows, capacity) buckets keep their
             buffers and captured graph between calls (least recently used dropped first).
 
@@ -80,18 +84,18 @@ class HFPolicy(DecodeLoops):
         prefill_tokens: int = 8192,
         prefix_cache: bool = True,
         eos_token_ids: Sequence[int] | None = None,
-        decode: str = "dynamic",
+        decode: str = "auto",
         sync_every: int = 8,
-        cuda_graph: bool = False,
-        generation_dtype: str | torch.dtype | None = None,
+        cuda_graph: bool | None = None,
+        generation_dtype: str | torch.dtype | None = "auto",
         graph_buckets: int = 2,
     ) -> None:
         import torch
 
-        if decode not in DECODE_MODES:
-            raise ValueError(f"decode must be one of {DECODE_MODES}, got {decode!r}")
-        if not isinstance(cuda_graph, bool):
-            raise ValueError(f"cuda_graph must be a bool, got {cuda_graph!r}")
+        if decode != "auto" and decode not in DECODE_MODES:
+            raise ValueError(f"decode must be auto or one of {DECODE_MODES}, got {decode!r}")
+        if cuda_graph is not None and not isinstance(cuda_graph, bool):
+            raise ValueError(f"cuda_graph must be a bool or None, got {cuda_graph!r}")
         for field, value in (
             ("max_batch_size", max_batch_size), ("prefill_tokens", prefill_tokens), ("sync_every", sync_every),
             ("graph_buckets", graph_buckets),
@@ -118,9 +122,13 @@ class HFPolicy(DecodeLoops):
         self.max_batch_size = max_batch_size
         self.prefill_tokens = prefill_tokens
         self.prefix_cache = prefix_cache
-        self.decode_mode = decode
+        #: The settings left to the device (``auto``), resolved by :meth:`_follow_device`.
+        self._auto = {"decode": decode == "auto", "cuda_graph": cuda_graph is None,
+                      "generation_dtype": isinstance(generation_dtype, str) and generation_dtype == "auto"}
+        self._auto_for: str | None = None  # the device type they were resolved for
+        self._decode_mode = "dynamic" if decode == "auto" else decode
         self.sync_every = sync_every
-        self.cuda_graph = cuda_graph
+        self._cuda_graph = bool(cuda_graph)
         self.eos_token_ids = frozenset(int(t) for t in eos_token_ids) if eos_token_ids is not None else self._eos_ids()
         #: Work counters since construction (or :meth:`reset_stats`): calls, prefill tokens (real) and
         #: positions (padded), decode steps, tokens (live rows) and positions (batch rows), and seconds.
@@ -137,7 +145,8 @@ class HFPolicy(DecodeLoops):
         self._slots = SlotCache(graph_buckets)
         self._gen: GenerationWeights | None = None
         self._active: Any = None  # the model of the generate call in progress
-        self.generation_dtype = generation_dtype
+        self._set_generation_dtype(None if self._auto["generation_dtype"] else generation_dtype)
+        self._follow_device()
 
     @classmethod
     def from_pretrained(cls, name_or_path: str | os.PathLike[str] = DEFAULT_MODEL, **kwargs: Any) -> HFPolicy:
@@ -202,7 +211,54 @@ class HFPolicy(DecodeLoops):
         self._store.clear()
         self._slots.clear()
 
-    # ---- the generation copy of the weights ----------------------------------------------------
+    # ---- the generation path: the decode loop, the graph, the copy of the weights ----------------
+    @property
+    def decode_mode(self) -> str:
+        """The decode loop, ``"dynamic"`` or ``"static"`` (setting it stops ``decode="auto"`` choosing it)."""
+        return self._decode_mode
+
+    @decode_mode.setter
+    def decode_mode(self, value: str) -> None:
+        if value not in DECODE_MODES:
+            raise ValueError(f"decode must be one of {DECODE_MODES}, got {value!r}")
+        self._auto["decode"] = False
+        self._decode_mode = value
+
+    @property
+    def cuda_graph(self) -> bool:
+        """Whether the static loop's fixed-shape step is captured (setting it stops the device choosing it)."""
+        return self._cuda_graph
+
+    @cuda_graph.setter
+    def cuda_graph(self, value: bool) -> None:
+        if not isinstance(value, bool):
+            raise ValueError(f"cuda_graph must be a bool, got {value!r}")
+        self._auto["cuda_graph"] = False
+        self._cuda_graph = value
+
+    def _follow_device(self) -> None:
+        """Resolve the settings left to the device (``auto``) for where the model is now.
+
+        Done when the policy is made and again at a :meth:`generate` that finds the model on
+        another kind of device (a trainer moved it); a setting given or set explicitly stays.
+        """
+        from agents.devices import fast_generation
+
+        device = self.device
+        if device.type == self._auto_for:
+            return
+        self._auto_for = device.type
+        path = fast_generation(device)
+        if self._auto["decode"]:
+            self._decode_mode = path.decode
+        if self._auto["cuda_graph"]:
+            self._cuda_graph = path.cuda_graph
+        if self._auto["generation_dtype"]:
+            import torch
+
+            own = next(self.model.parameters()).dtype
+            self._set_generation_dtype(path.dtype if own == torch.float32 else None)
+
     @property
     def generation_dtype(self) -> torch.dtype | None:
         """The dtype of the generation copy of the weights; None when generation uses the model's own.
@@ -214,6 +270,16 @@ class HFPolicy(DecodeLoops):
 
     @generation_dtype.setter
     def generation_dtype(self, value: str | torch.dtype | None) -> None:
+        if isinstance(value, str) and value == "auto":
+            self._auto["generation_dtype"], self._auto_for = True, None
+            self._follow_device()
+            return
+        self._auto["generation_dtype"] = False
+        self._set_generation_dtype(value)
+
+    def _set_generation_dtype(self, value: str | torch.dtype | None) -> None:
+        if isinstance(value, str) and value == "float32":
+            value = None
         dtype = _torch_dtype(value) if value is not None else None
         if dtype == (self._gen.dtype if self._gen is not None else None):
             return
@@ -275,6 +341,7 @@ class HFPolicy(DecodeLoops):
         import torch
 
         id_prompts = self._check_generate_args(prompts, stop, max_new_tokens, temperature, top_p)
+        self._follow_device()  # a trainer may have moved the model since the last call
         generators = _row_generators(seed, len(id_prompts))
         fingerprint = self._fingerprint()
         if not self.prefix_cache or self._store.fingerprint != fingerprint:

@@ -155,6 +155,8 @@ def describe(device: torch.device | str) -> str:
 
 #: What ``generation_dtype`` may be set to where a reference agent's model is loaded.
 GENERATION_DTYPES = ("auto", "float32", "bfloat16")
+#: What a decode loop may be set to: ``auto`` (:func:`fast_generation` chooses) or one of the loops.
+DECODE_SETTINGS = ("auto", "static", "dynamic")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,9 +174,8 @@ class GenerationPath:
     dtype: str | None
 
 
-#: The fastest path measured on one H100 (``benchmarks/gpu_decode.py --rows 128``, 2026-11-28: static +
-#: graph + bfloat16 13,585 generated tokens/s for the whole call against 3,080 for the dynamic loop and
-#: 3,096 for transformers' ``generate``). On a CUDA device it is every caller's default.
+#: The fastest path ``benchmarks/gpu_decode.py`` has measured on a GPU (docs/guides/gpu.md); on a CUDA
+#: device it is every caller's default.
 CUDA_GENERATION = GenerationPath(decode="static", cuda_graph=True, dtype="bfloat16")
 #: Elsewhere: the dynamic loop (it drops finished rows; no graphs to replay) from the model's own weights.
 #: A bfloat16 copy on a CPU is opted into where its answers were measured (:func:`generation_dtype_for`).
@@ -234,7 +235,7 @@ def episodes_in_flight(policy: Any, episodes: int, tokens_per_episode: int, *, m
         return HOST_EPISODES_IN_FLIGHT
     copy = getattr(policy, "generation_dtype", None)
     dtype = copy if copy is not None else next(policy.model.parameters()).dtype
-    per_token = 2 * layers * kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
+    per_token = 2 * layers * kv_heads * head_dim * dtype.itemsize
     free, _ = torch.cuda.mem_get_info(device)
     fit = int(memory_share * free // (per_token * max(1, tokens_per_episode)))
     return max(1, min(episodes, fit))

@@ -228,7 +228,7 @@ def eval_command(
             "documents to index: add --corpus CORPUS.jsonl (or give an index folder as --retriever)",
             param_hint="--corpus",
         )
-    from agents.devices import GENERATION_DTYPES, check_device_name
+    from agents.devices import DECODE_SETTINGS, GENERATION_DTYPES, check_device_name
 
     try:
         check_device_name(device, "--device")
@@ -237,7 +237,7 @@ def eval_command(
     if generation_dtype not in GENERATION_DTYPES:
         raise typer.BadParameter(f"must be one of {', '.join(GENERATION_DTYPES)}, got {generation_dtype!r:.40}",
                                  param_hint="--generation-dtype")
-    if decode not in ("auto", "static", "dynamic"):
+    if decode not in DECODE_SETTINGS:
         raise typer.BadParameter(f"must be auto, static or dynamic, got {decode!r:.40}", param_hint="--decode")
     check_model_flags(model, model_url, served_model, api)
     if out is not None:  # before anything runs: nothing is written through a link under --out

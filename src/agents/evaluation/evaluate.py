@@ -185,15 +185,13 @@ class EvalResult:
 
 
 def _set_generation_path(policy: Any, decode: str, cuda_graph: bool | None) -> None:
-    """Tell an in-process model (one with ``decode_mode``) its decode loop and graph, where not left to it."""
-    if decode not in ("auto", "static", "dynamic"):
+    """Tell an in-process model (one with ``set_generation_path``) its decode loop and graph, where given."""
+    from agents.devices import DECODE_SETTINGS
+
+    if decode not in DECODE_SETTINGS:
         raise ValueError(f"decode must be auto, static or dynamic, got {decode!r:.40}")
-    if policy is None or not hasattr(policy, "decode_mode"):
-        return
-    if decode != "auto":
-        policy.decode_mode = decode
-    if cuda_graph is not None:
-        policy.cuda_graph = cuda_graph
+    if hasattr(policy, "set_generation_path"):
+        policy.set_generation_path(decode=decode, cuda_graph=cuda_graph)
 
 
 def _episodes_in_flight(agent: Any, episodes: int, *, top_k: int, max_turns: int, max_new_tokens: int,

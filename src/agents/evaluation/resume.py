@@ -182,7 +182,7 @@ def generation_settings(agent: Any) -> dict[str, str]:
     setting existed resumable by such runs.
     """
     copy = getattr(getattr(agent, "policy", None), "generation_dtype", None)
-    return {} if copy is None else {"generation_dtype": str(copy).removeprefix("torch.")}
+    return {} if copy is None else {"generation_dtype": generation_dtype_of(agent)}
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -17,7 +17,7 @@ from typing import Any, ClassVar, TypeVar
 
 import tomllib
 
-from agents.devices import check_device_name, check_dtype_name
+from agents.devices import DECODE_SETTINGS, check_device_name, check_dtype_name
 
 C = TypeVar("C", bound="TrainConfig")
 
@@ -253,7 +253,7 @@ class RLConfig(TrainConfig):
         if self.generation_dtype not in (None, "float32", "bfloat16", "float16"):
             raise ValueError(
                 f"generation_dtype must be float32, bfloat16, float16 or unset, got {self.generation_dtype!r}")
-        if self.decode not in ("auto", "static", "dynamic"):
+        if self.decode not in DECODE_SETTINGS:
             raise ValueError(f"decode must be auto, static or dynamic, got {self.decode!r}")
         if self.cuda_graph is not None and not isinstance(self.cuda_graph, bool):
             raise ValueError(f"cuda_graph must be true, false or unset, got {self.cuda_graph!r}")

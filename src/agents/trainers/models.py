@@ -63,14 +63,9 @@ def init_policy(cfg: TrainConfig, policy: Any = None, init_from: str | None = No
     if init_from is not None:
         load_weights(policy, init_from)
     prepare_model(policy, cfg)
-    generation_dtype = getattr(cfg, "generation_dtype", None)
-    if generation_dtype is not None:
-        policy.generation_dtype = generation_dtype  # built at the first rollout, refreshed after each update
-    decode, cuda_graph = getattr(cfg, "decode", "auto"), getattr(cfg, "cuda_graph", None)
-    if decode != "auto":
-        policy.decode_mode = decode
-    if cuda_graph is not None:
-        policy.cuda_graph = cuda_graph
+    told = (getattr(cfg, "decode", "auto"), getattr(cfg, "cuda_graph", None), getattr(cfg, "generation_dtype", None))
+    if told != ("auto", None, None):  # a bfloat16 copy is built at the first rollout, refreshed after each update
+        policy.set_generation_path(decode=told[0], cuda_graph=told[1], generation_dtype=told[2])
     return policy
 
 

@@ -236,6 +236,22 @@ class HFPolicy(DecodeLoops):
         self._auto["cuda_graph"] = False
         self._cuda_graph = value
 
+    def set_generation_path(self, *, decode: str = "auto", cuda_graph: bool | None = None,
+                            generation_dtype: str | None = "auto") -> None:
+        """Tell the policy the parts of its generation path given here; ``auto`` or None leave a part as it is.
+
+        Args:
+            decode: ``static`` or ``dynamic`` (see :attr:`decode_mode`).
+            cuda_graph: Whether the static step is captured (see :attr:`cuda_graph`).
+            generation_dtype: ``float32``, ``bfloat16`` or ``float16`` (see :attr:`generation_dtype`).
+        """
+        if decode != "auto":
+            self.decode_mode = decode
+        if cuda_graph is not None:
+            self.cuda_graph = cuda_graph
+        if generation_dtype not in (None, "auto"):
+            self.generation_dtype = generation_dtype
+
     def _follow_device(self) -> None:
         """Resolve the settings left to the device (``auto``) for where the model is now.
 

@@ -185,3 +185,14 @@ def test_eval_tells_an_in_process_model_its_decode_loop_and_keeps_32_in_flight_o
     assert result.config["batch_size"] == 32  # unset: the host's number
     with pytest.raises(ValueError, match="decode must be auto, static or dynamic"):
         evaluate("llm", task=qa_file, corpus=corpus_file, policy=policy, n=1, decode="fast")
+
+
+def test_the_flags_that_turn_off_each_part_of_the_cuda_path_are_accepted(tmp_path: Path, corpus_file: Path) -> None:
+    """docs/guides/gpu.md's `--decode dynamic --no-cuda-graph --generation-dtype float32`, and --batch-size unset."""
+    out = tmp_path / "run"
+    args = ["eval", "--agent", "heuristic", "--task", str(_qa_file(tmp_path)), "--corpus", str(corpus_file),
+            "--n", "2", "--out", str(out), "--decode", "dynamic", "--no-cuda-graph", "--generation-dtype", "float32"]
+    result = CliRunner().invoke(get_app(), args)
+    assert result.exit_code == 0, result.output
+    [row] = json.loads((out / "results.json").read_text())["rows"]
+    assert row["config"]["batch_size"] == 32 and row["n"] == 2

@@ -37,7 +37,7 @@ VERIFIERS_VENV ?= .venv-verifiers
 VERIFIERS_STAMP := $(VERIFIERS_VENV)/.installed-$(DEPS)
 # The CPU build of torch that this project pins for set-up (the package itself needs only torch>=2.4).
 TORCH_PIN ?= torch==2.13.0
-.PHONY: install demo test test-latest lock test-fast lint typecheck bench clean
+.PHONY: install demo test test-latest lock test-fast test-numerics lint typecheck bench clean
 
 install: $(STAMP)
 
@@ -92,6 +92,8 @@ typecheck: $(STAMP)
 
 test: lint typecheck $(VERL_STAMP) $(SKYRL_STAMP) $(OPENENV_STAMP) $(VERIFIERS_STAMP)
 	$(PY) -m pytest -q --durations=15
+	# The learning tests again under the second arithmetic (all but the TRL tool walkthrough: minutes there).
+	$(PY) tools/test_numerics.py --arithmetic portable -- --ignore=tests/test_trl_tool_docs.py
 
 # The suite on the newest versions that resolve (every virtual environment rebuilt without the lock files).
 test-latest:
@@ -102,6 +104,12 @@ test-latest:
 lock: test-latest
 	$(PY) tools/write_locks.py main=$(VENV) verl=$(VERL_VENV) skyrl=$(SKYRL_VENV) openenv=$(OPENENV_VENV) \
 		verifiers=$(VERIFIERS_VENV)
+
+# The learning tests (pytest -m learning: tests/learning.py lists them and what each guarantees) under each
+# arithmetic of this CPU (its own kernels, then torch's scalar kernels, MKL's compatible path, oneDNN without
+# AVX2/AVX-512/AMX and one thread), with a table of every margin under each.
+test-numerics: $(STAMP)
+	$(PY) tools/test_numerics.py
 
 # The inner loop: lint, types and the tests not marked slow (no served models, engine runs or documented walkthroughs).
 test-fast: lint typecheck

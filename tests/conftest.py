@@ -55,6 +55,27 @@ EXAMPLES = [
 ]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Apply ``SEARCHENV_MATMUL_PRECISION`` (set by ``make test-numerics``) before any test runs."""
+    precision = os.environ.get("SEARCHENV_MATMUL_PRECISION")
+    if precision:
+        import torch
+
+        torch.set_float32_matmul_precision(precision)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """List every learning test's margin (tests/learning.py), so a thin one shows before it fails."""
+    from tests.learning import RECORDED
+
+    if RECORDED:
+        terminalreporter.section("learning margins")
+        for m in RECORDED:
+            verdict = "held" if m.held else "FAILED"
+            terminalreporter.write_line(
+                f"{verdict}  {m.value:.4g} > {m.bound:.4g}  {m.what}  ({m.test}, {m.arithmetic})")
+
+
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Keep built indexes out of the user's cache; named tasks share one cache per session."""

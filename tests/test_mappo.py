@@ -18,6 +18,7 @@ from agents.trainers.mappo_sft import MAPPOSFTConfig, role_samples
 from agents.trainers.metrics import read_metrics
 from agents.trainers.samples import forward_logprobs, pad_samples
 from searchenv.multi_agent import ROLE_PROMPTS, ROLES
+from tests.learning import demo_loss, margin
 from tests.tiny_model import one_thread, tiny_policy
 
 
@@ -90,6 +91,7 @@ def test_mappo_trains_every_role_and_only_its_own_tokens(tmp_path: Path, qa_file
             assert sum(ep.critic.extras["value_mask"]) == len(ROLES)
 
 
+@pytest.mark.learning
 def test_the_shared_return_reaches_every_roles_advantage(tmp_path: Path, qa_file: Path, corpus_file: Path) -> None:
     captured: dict[float, list[TeamEpisode]] = {}
     trained: dict[float, Any] = {}
@@ -122,7 +124,8 @@ def test_the_shared_return_reaches_every_roles_advantage(tmp_path: Path, qa_file
         with torch.no_grad():
             after = forward_logprobs(trained[1.0].model, pad_samples(turns, 0)).logprobs
         before = torch.tensor([t.extras["old_logprobs"] + [0.0] * (after.shape[1] - len(t.ids)) for t in turns])
-        assert float(after.sum()) > float(before.sum()), role
+        margin(f"log-likelihood the {role}'s own tokens gained in one step of positive advantages",
+               float(after.sum()) - float(before.sum()), 0.0)
 
 
 def test_train_roles_trains_one_role_the_others_act_frozen(tmp_path: Path, qa_file: Path, corpus_file: Path) -> None:
@@ -169,6 +172,7 @@ def _triples(messages: list[Any]) -> list[list[Any]]:
     return [messages[i : i + 3] for i in range(0, len(messages), 3)]
 
 
+@pytest.mark.learning
 def test_warm_start_learns_each_roles_oracle_output(tmp_path: Path, qa_file: Path, corpus_file: Path) -> None:
     from agents.trainers.mappo_sft import oracle_pipeline_episodes
     from agents.trainers.sft import train_sft
@@ -192,10 +196,13 @@ def test_warm_start_learns_each_roles_oracle_output(tmp_path: Path, qa_file: Pat
     demos.write_text("".join(json.dumps(r) + "\n" for r in oracle_pipeline_episodes(cfg, 4)))
     from_file, file_counts = MAPPOSFTConfig(**{**cfg.to_dict(), "demos": str(demos)}).demonstrations(policy)
     assert [s.ids for s in from_file] == [s.ids for s in oracle] and file_counts == counts
+    before = demo_loss(policy, oracle)
     out = train_sft(cfg, policy=policy)
     recs = read_metrics(cfg.output_dir)
     assert out["last"]["role_samples"] == 3 * out["last"]["demos_kept"] and out["last"]["demos_kept"] >= 3
-    assert recs[-1]["loss"] < recs[0]["loss"] and all(math.isfinite(r["loss"]) for r in recs)
+    assert all(math.isfinite(r["loss"]) for r in recs)
+    margin("nats a token the role demonstrations' loss fell by, after 3 SFT steps", before - demo_loss(policy, oracle),
+           0.5)
     from agents.trainers.checkpoints import CheckpointError
     from agents.trainers.sft import SFTConfig
 

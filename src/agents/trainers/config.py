@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -55,6 +56,12 @@ class TrainConfig:
         default=None, metadata=_help("Use only the first N examples of the split (None: all).")
     )
     steps: int = field(default=100, metadata=_help("Training steps (one batch of data per step)."))
+    max_minutes: float | None = field(
+        default=None,
+        metadata=_help("Stop once this many minutes of steps are spent (checkpointed there; a resumed run counts "
+                       "its earlier steps); the schedule's end moves to the steps that fit, so a decay ends with "
+                       "the time. None: only steps ends the run."),
+    )
     learning_rate: float | None = field(
         default=None, metadata=_help("Peak learning rate (AdamW); unset: 1e-5, or 1e-4 with lora=true.")
     )
@@ -72,6 +79,12 @@ class TrainConfig:
     lora_target_modules: list[str] = field(
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "down_proj", "gate_proj"],
         metadata=_help("Module names LoRA adapts."),
+    )
+    train_layers: int | None = field(
+        default=None,
+        metadata=_help("Train only the last N decoder layers and the final norm (with lora: adapters only there); "
+                       "the embeddings and the layers below stay frozen, so the backward pass stops at layer N "
+                       "from the top. None: every layer."),
     )
     bf16: bool = field(
         default=False, metadata=_help("Run forward passes under bfloat16 autocast on the model's device type.")
@@ -102,6 +115,9 @@ class TrainConfig:
     #: used). Subclasses set their own.
     default_learning_rate: ClassVar[float] = 1e-5
     default_lora_learning_rate: ClassVar[float] = 1e-4
+    #: Fields naming a file or folder: one that exists is made absolute when the config is built
+    #: (a subclass without the field skips it).
+    path_fields: ClassVar[tuple[str, ...]] = ("model", "init_from", "demos")
 
     def __post_init__(self) -> None:
         """Fill an unset ``learning_rate`` from ``lora``, then validate shared fields.
@@ -111,6 +127,10 @@ class TrainConfig:
         """
         if self.learning_rate is None:
             self.learning_rate = self.default_lora_learning_rate if self.lora else self.default_learning_rate
+        for name in self.path_fields:  # stored absolute: a run folder then resumes and chains from anywhere
+            value = getattr(self, name, None)
+            if isinstance(value, str) and value and os.path.exists(value):
+                setattr(self, name, os.path.abspath(value))
         _positive_int(self, "top_k", "max_turns", "max_doc_chars", "max_new_tokens", "steps", "micro_batch_size")
         _positive_int(self, "lora_r", "lora_alpha")
         _non_negative_int(self, "warmup_steps", "save_every", "log_every", "seed")
@@ -118,6 +138,10 @@ class TrainConfig:
             _positive_int(self, "max_examples")
         if self.threads is not None:
             _positive_int(self, "threads")
+        if self.train_layers is not None:
+            _positive_int(self, "train_layers")
+        if self.max_minutes is not None and (not _finite(self.max_minutes) or self.max_minutes <= 0):
+            raise ValueError(f"max_minutes must be a positive number of minutes or None, got {self.max_minutes!r}")
         check_device_name(self.device)
         check_dtype_name(self.dtype)
         if not isinstance(self.temperature, int | float) or not 0.0 <= self.temperature <= 10.0:

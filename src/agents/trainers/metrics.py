@@ -74,6 +74,18 @@ def last_record(run_dir: str | Path, step: int) -> dict[str, Any]:
     return dict(found[-1]) if found else {}
 
 
+def seconds_spent(run_dir: str | Path, step: int) -> float:
+    """Seconds the run's steps up to ``step`` took, from ``metrics.jsonl`` (0 for a new run)."""
+    if step < 1 or not (Path(run_dir) / METRICS_NAME).is_file():
+        return 0.0
+    kept: dict[int, float] = {}
+    for r in read_metrics(run_dir):
+        n = r.get("step")
+        if isinstance(n, int) and 1 <= n <= step:
+            kept[n] = float((r.get("seconds") or {}).get("total", 0.0))  # a step redone after a kill: its last record
+    return sum(kept.values())
+
+
 def _jsonable(x: Any) -> Any:
     if isinstance(x, Mapping):
         return {str(k): _jsonable(v) for k, v in x.items()}

@@ -166,9 +166,10 @@ def _load_weights(policy: Any, ckpt: Mapping[str, Any], path: Path) -> None:
 
 
 def prepare_model(policy: Any, cfg: TrainConfig) -> None:
-    """Put the policy's model in training shape: ``cfg.dtype`` weights, LoRA, gradient checkpointing.
+    """Put the policy's model in training shape: ``cfg.dtype`` weights, LoRA, frozen layers, gradient checkpointing.
 
-    LoRA adapters are added if ``cfg.lora``, gradient checkpointing is switched on if
+    LoRA adapters are added if ``cfg.lora`` (on the last ``cfg.train_layers`` layers only, when set),
+    layers below the last ``cfg.train_layers`` are frozen otherwise, gradient checkpointing is switched on if
     ``cfg.gradient_checkpointing``, and the model is left in training mode.
 
     The adapters' initial weights depend on ``cfg.seed`` only (not on the global random state, nor on
@@ -183,18 +184,79 @@ def prepare_model(policy: Any, cfg: TrainConfig) -> None:
         targets = [t for t in cfg.lora_target_modules if t in names]
         if not targets:
             raise ValueError(f"lora_target_modules {cfg.lora_target_modules} match no module of the model")
+        top = top_layer_indices(model, cfg.train_layers) if cfg.train_layers is not None else None
         lcfg = LoraConfig(
-            r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout, target_modules=targets
+            r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout, target_modules=targets,
+            layers_to_transform=top,
         )
         with torch.random.fork_rng(devices=[]):  # adapters drawn from cfg.seed alone; global state restored
             torch.manual_seed(cfg.seed)
             policy.model = get_peft_model(model, lcfg)
+    elif cfg.train_layers is not None and not cfg.lora:
+        freeze_below(model, cfg.train_layers)
     if cfg.gradient_checkpointing:
-        if not getattr(policy.model, "supports_gradient_checkpointing", True) or not hasattr(
-                policy.model, "gradient_checkpointing_enable"):
+        # transformers 5.x names it activation checkpointing (the old name warns that it goes away in v6)
+        new = getattr(policy.model, "activation_checkpointing_enable", None)
+        old = getattr(policy.model, "gradient_checkpointing_enable", None)
+        if new is not None:
+            new(activation_checkpointing_kwargs={"use_reentrant": False})
+        elif old is not None and getattr(policy.model, "supports_gradient_checkpointing", True):
+            old(gradient_checkpointing_kwargs={"use_reentrant": False})
+        else:
             raise ValueError(f"gradient_checkpointing: {type(model).__name__} does not support it; set it to false")
-        policy.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     policy.model.train()
+
+
+def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
+    """The decoder's list of layers (``model.model.layers`` for Llama-like models, through peft wrappers).
+
+    Raises:
+        ValueError: If the model keeps no ``layers`` list in its decoder.
+    """
+    from agents.trainers.samples import split_model
+
+    decoder, _head = split_model(model)
+    layers = getattr(decoder, "layers", None)
+    if not isinstance(layers, torch.nn.ModuleList) or not len(layers):
+        raise ValueError(f"train_layers: {type(model).__name__} keeps no list of decoder layers (decoder.layers); "
+                         "unset train_layers to train every layer")
+    return layers
+
+
+def top_layer_indices(model: torch.nn.Module, n: int) -> list[int]:
+    """Indices of the last ``n`` decoder layers.
+
+    Raises:
+        ValueError: If the model has fewer than ``n`` layers.
+    """
+    total = len(decoder_layers(model))
+    if n > total:
+        raise ValueError(f"train_layers={n} but the model has {total} decoder layers")
+    return list(range(total - n, total))
+
+
+def freeze_below(model: torch.nn.Module, n: int) -> None:
+    """Train only the last ``n`` decoder layers, the final norm and an output head of its own.
+
+    Embeddings and every layer below stay frozen (an output head tied to the embeddings stays frozen
+    with them), so autograd stops at the lowest trained layer: the backward pass costs ``n`` layers.
+
+    Raises:
+        ValueError: If the model has no decoder layer list or fewer than ``n`` layers.
+    """
+    from agents.trainers.samples import split_model
+
+    layers = decoder_layers(model)
+    top = top_layer_indices(model, n)
+    decoder, head = split_model(model)
+    keep = {id(p) for i in top for p in layers[i].parameters()}
+    norm = getattr(decoder, "norm", None)
+    if isinstance(norm, torch.nn.Module):
+        keep |= {id(p) for p in norm.parameters()}
+    embedded = {id(p) for p in decoder.get_input_embeddings().parameters()}
+    keep |= {id(p) for p in head.parameters() if id(p) not in embedded}
+    for p in model.parameters():
+        p.requires_grad_(id(p) in keep)
 
 
 def pad_token_id(policy: Any) -> int:

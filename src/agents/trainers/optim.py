@@ -34,27 +34,38 @@ def load_optimizer_state(opt: torch.optim.Optimizer, state: Mapping[str, Any]) -
                 st[k] = v.clone()
 
 
-def lr_lambda(schedule: str, warmup: int, total: int) -> Callable[[int], float]:
+class Schedule:
     """Multiplier of the peak learning rate at optimizer step ``i`` (linear warmup, then the schedule).
 
-    Args:
+    A callable object rather than a function, so that ``LambdaLR`` saves its fields in checkpoints:
+    a :class:`TimeBudget` moves :attr:`total` to the steps that fit, and a resumed run keeps it.
+
+    Attributes:
         schedule: ``constant``, ``linear`` (to 0 at ``total``) or ``cosine`` (to 0 at ``total``).
         warmup: Warmup steps.
         total: Total optimizer steps.
     """
-    total = max(total, 1)
 
-    def fn(i: int) -> float:
-        if warmup and i < warmup:
-            return (i + 1) / warmup
-        if schedule == "constant":
+    def __init__(self, schedule: str, warmup: int, total: int) -> None:
+        self.schedule = schedule
+        self.warmup = warmup
+        self.total = max(int(total), 1)
+
+    def __call__(self, i: int) -> float:
+        """The multiplier at optimizer step ``i``."""
+        if self.warmup and i < self.warmup:
+            return (i + 1) / self.warmup
+        if self.schedule == "constant":
             return 1.0
-        frac = min(1.0, (i - warmup) / max(1, total - warmup))
-        if schedule == "linear":
+        frac = min(1.0, (i - self.warmup) / max(1, self.total - self.warmup))
+        if self.schedule == "linear":
             return max(0.0, 1.0 - frac)
         return 0.5 * (1.0 + math.cos(math.pi * frac))
 
-    return fn
+
+def lr_lambda(schedule: str, warmup: int, total: int) -> Callable[[int], float]:
+    """The :class:`Schedule` of ``schedule`` with ``warmup`` steps over ``total`` optimizer steps."""
+    return Schedule(schedule, warmup, total)
 
 
 def make_scheduler(
@@ -64,6 +75,45 @@ def make_scheduler(
     return torch.optim.lr_scheduler.LambdaLR(
         opt, lr_lambda(cfg.lr_schedule, cfg.warmup_steps, total_optimizer_steps)
     )
+
+
+class TimeBudget:
+    """Ends a run once ``max_minutes`` of its steps are spent, and fits the schedule to the steps that fit.
+
+    After each step it estimates, from the mean seconds of the steps so far (those of an interrupted
+    run included), how many steps fit in what is left, and moves the schedule's end there (never past
+    the configured ``steps``), so a cosine or linear decay reaches 0 when the time does. A run with a
+    budget is not bit-reproducible (its schedule follows the machine's speed); one without is.
+
+    Args:
+        minutes: The budget (None: no budget; only ``steps`` ends the run).
+        planned_steps: The configured ``steps``.
+        per_step: Optimizer steps per training step (RL: epochs x minibatches).
+        spent: Seconds the run's earlier steps took (a resumed run), ``done`` of them.
+        done: Steps already done.
+    """
+
+    def __init__(self, minutes: float | None, planned_steps: int, per_step: int = 1, spent: float = 0.0,
+                 done: int = 0) -> None:
+        self.seconds = None if minutes is None else 60.0 * float(minutes)
+        self.planned = planned_steps
+        self.per_step = per_step
+        self.spent = spent
+        self.done = done
+
+    def after_step(self, step: int, seconds: float, scheduler: torch.optim.lr_scheduler.LambdaLR) -> bool:
+        """Count a finished step; refit the schedule's end. Returns True when no further step fits."""
+        if self.seconds is None:
+            return False
+        self.spent += seconds
+        self.done = step
+        mean = self.spent / max(self.done, 1)
+        fits = step + int(max(0.0, self.seconds - self.spent) // max(mean, 1e-9))
+        end = min(self.planned, max(step, fits))
+        for fn in scheduler.lr_lambdas:
+            if isinstance(fn, Schedule):
+                fn.total = max(end * self.per_step, 1)
+        return end <= step
 
 
 def gradient_norm(params: Sequence[torch.nn.Parameter], max_norm: float | None) -> float:

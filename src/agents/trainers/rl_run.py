@@ -26,9 +26,9 @@ from agents.devices import model_device
 from agents.trainers.checkpoints import restore_training_state, save_training_state, start_run
 from agents.trainers.config import RLConfig
 from agents.trainers.data import DataOrder, task_examples
-from agents.trainers.metrics import MetricsLog, Timer, last_record, progress_bar
+from agents.trainers.metrics import MetricsLog, Timer, last_record, progress_bar, seconds_spent
 from agents.trainers.models import init_policy, pad_token_id, trainable_parameters
-from agents.trainers.optim import make_optimizer, make_scheduler, optimizer_step
+from agents.trainers.optim import TimeBudget, make_optimizer, make_scheduler, optimizer_step
 from agents.trainers.samples import Padded, Sample, forward_logprobs
 
 T = TypeVar("T")
@@ -141,6 +141,7 @@ class RLRun:
     bar: Any
     last: dict[str, Any] = field(default_factory=dict)
     on_checkpoint: Callable[[], None] | None = None
+    budget: TimeBudget = field(default_factory=lambda: TimeBudget(None, 0))
     step: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
@@ -252,12 +253,17 @@ class RLRun:
             print(json.dumps({k: last[k] for k in printed}), flush=True)
 
     def save_or_stop(self, step: int, stop: bool) -> bool:
-        """Checkpoint on the schedule (every ``save_every`` steps and at the last), and at ``step`` when ``stop``.
+        """Checkpoint on the schedule (every ``save_every`` steps and at the last), and when the run stops here.
+
+        The run stops at ``step`` when ``stop``, or when ``max_minutes`` is spent
+        (:class:`~agents.trainers.optim.TimeBudget`, which also fits the schedule to the steps left).
 
         Returns:
-            ``stop``: whether the caller's loop ends here.
+            Whether the caller's loop ends here.
         """
         cfg = self.cfg
+        seconds = float((self.last.get("seconds") or {}).get("total", 0.0))
+        stop = self.budget.after_step(step, seconds, self.scheduler) or stop
         scheduled = bool(cfg.save_every and step % cfg.save_every == 0) or step == cfg.steps
         if scheduled or stop:
             self.checkpoint(step)
@@ -334,7 +340,10 @@ def open_rl_run(
     if resume:
         start, _ = restore_training_state(run_dir, kind=kind, cfg=cfg, model=model, optimizer=opt, scheduler=sched,
                                           gen=gen, order=order, extra=None if head is None else {"value_head": head})
+    log = MetricsLog(run_dir, start)  # drops a line torn by a kill before the budget reads the steps' seconds
+    spent = seconds_spent(run_dir, start) if cfg.max_minutes else 0.0
     return RLRun(cfg=cfg, kind=kind, run_dir=run_dir, policy=policy, model=model, examples=examples, retriever=retr,
                  pad_id=pad_id, ref_model=ref_model, params=params, head=head, optimizer=opt, scheduler=sched,
-                 gen=gen, order=order, start=start, log=MetricsLog(run_dir, start),
-                 bar=progress_bar(cfg.steps, start, cfg.progress, kind), last=last_record(run_dir, start))
+                 gen=gen, order=order, start=start, log=log,
+                 bar=progress_bar(cfg.steps, start, cfg.progress, kind), last=last_record(run_dir, start),
+                 budget=TimeBudget(cfg.max_minutes, cfg.steps, cfg.epochs * cfg.minibatches, spent=spent, done=start))

@@ -27,9 +27,9 @@ from agents.trainers.checkpoints import restore_training_state, save_training_st
 from agents.trainers.config import TrainConfig, _help
 from agents.trainers.data import DataOrder, task_examples
 from agents.trainers.losses import masked_sum
-from agents.trainers.metrics import MetricsLog, Timer, last_record, progress_bar
+from agents.trainers.metrics import MetricsLog, Timer, last_record, progress_bar, seconds_spent
 from agents.trainers.models import init_policy, pad_token_id, trainable_parameters
-from agents.trainers.optim import gradient_norm, make_optimizer, make_scheduler, optimizer_step
+from agents.trainers.optim import TimeBudget, gradient_norm, make_optimizer, make_scheduler, optimizer_step
 from agents.trainers.samples import Sample, forward_logprobs, micro_batches, pad_samples
 from searchenv.corpus import DataWarning
 from searchenv.utils.jsonsafe import iter_jsonl
@@ -276,7 +276,9 @@ def train_sft(
         start, ckpt = restore_training_state(
             run_dir, kind=cfg.kind, cfg=cfg, model=model, optimizer=opt, scheduler=sched, gen=gen, order=order
         )
-    log = MetricsLog(run_dir, start)
+    log = MetricsLog(run_dir, start)  # drops a line torn by a kill before the budget reads the steps' seconds
+    budget = TimeBudget(cfg.max_minutes, cfg.steps, spent=seconds_spent(run_dir, start) if cfg.max_minutes else 0.0,
+                        done=start)
     bar = progress_bar(cfg.steps, start, cfg.progress, cfg.kind)
     last: dict[str, Any] = last_record(run_dir, start)  # a run resumed at its end reports it
 
@@ -317,11 +319,11 @@ def train_sft(
         bar.set_postfix(loss=f"{total_loss:.3f}")
         if cfg.log_every and step % cfg.log_every == 0 and not cfg.progress:
             print(json.dumps({"step": step, "loss": round(total_loss, 4)}), flush=True)
-        if (cfg.save_every and step % cfg.save_every == 0) or step == cfg.steps:
+        spent = budget.after_step(step, last["seconds"]["total"], sched)
+        scheduled = bool(cfg.save_every and step % cfg.save_every == 0) or step == cfg.steps
+        if scheduled or spent or (stop_after is not None and step >= stop_after):
             checkpoint(step)
-        if stop_after is not None and step >= stop_after:
-            if not (cfg.save_every and step % cfg.save_every == 0):
-                checkpoint(step)
+        if spent or (stop_after is not None and step >= stop_after):
             break
     bar.close()
     return {"step": step, "last": last, "run_dir": str(run_dir), "policy": policy}

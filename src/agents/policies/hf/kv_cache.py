@@ -7,6 +7,8 @@ extends one of them (an episode's next turn) only prefills its new tokens.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -14,6 +16,28 @@ import numpy as np
 
 if TYPE_CHECKING:
     import torch
+
+
+@functools.cache
+def _takes_cache(cls: Any) -> bool:
+    """Whether ``cls.forward`` names its key/value cache ``cache`` (transformers 5.x), not ``past_key_values``."""
+    try:
+        return "cache" in inspect.signature(cls.forward).parameters
+    except (TypeError, ValueError):  # pragma: no cover - a forward without a signature
+        return False
+
+
+def cache_inputs(module: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+    """``inputs`` with ``past_key_values`` under the name ``module``'s forward takes.
+
+    transformers 5.x calls the cache argument ``cache`` and warns that ``past_key_values`` goes away
+    in 5.40; earlier releases (down to this package's lower bound) know only ``past_key_values``.
+    """
+    kind: Any = type(module)
+    if "past_key_values" in inputs and _takes_cache(kind):
+        inputs = dict(inputs)
+        inputs["cache"] = inputs.pop("past_key_values")
+    return inputs
 
 
 def _kv_layer_class() -> type:

@@ -15,7 +15,7 @@ from agents.policies.hf.decode import GRAPH_STATS, DecodeLoops, _cut_at_stop, _s
 from agents.policies.hf.gen_weights import GenerationWeights
 from agents.policies.hf.gguf import DEFAULT_MODEL, _torch_dtype, load_model
 from agents.policies.hf.graphs import Capture, SlotCache
-from agents.policies.hf.kv_cache import _buffer_cache, _Entry, _PrefixStore
+from agents.policies.hf.kv_cache import _buffer_cache, _Entry, _PrefixStore, cache_inputs
 from agents.policies.hf.sampling import _row_generators
 
 if TYPE_CHECKING:
@@ -555,10 +555,10 @@ class HFPolicy(DecodeLoops):
         model = self._generation_model()
         split = self._decoder_and_head(model)
         if split is None:
-            out = model(**inputs, use_cache=True, logits_to_keep=1)
+            out = model(**cache_inputs(model, inputs), use_cache=True, logits_to_keep=1)
             return out.logits[:, -1].float()
         decoder, head = split
-        hidden = decoder(**inputs, use_cache=True).last_hidden_state[:, -1]
+        hidden = decoder(**cache_inputs(decoder, inputs), use_cache=True).last_hidden_state[:, -1]
         return _head_logits(head, hidden).float()
 
     def _kv_shapes(self) -> list[tuple[int, int]]:

@@ -259,3 +259,17 @@ def test_lora_gets_its_own_default_learning_rate() -> None:
     assert res.exit_code == 0 and json.loads(res.output)["learning_rate"] == 5e-4
     res = CliRunner().invoke(get_app(), ["train", "sft", "--help"], env={"COLUMNS": "300"})
     assert "5e-4 with lora=true" in " ".join(res.output.split())
+
+
+def test_the_cpu_training_command_in_the_guide_is_a_valid_config() -> None:
+    """docs/guides/cpu.md's command, as written, validates (--dry-run) to what its table describes."""
+    import re
+    import shlex
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "guides" / "cpu.md").read_text(encoding="utf-8")
+    [command] = re.findall(r"```bash\n(searchenv train .*?)\n```", doc, re.S)
+    args = shlex.split(command.replace("\\\n", " "))[1:]
+    res = CliRunner().invoke(get_app(), [*args, "--dry-run"])
+    assert res.exit_code == 0, res.output
+    printed = json.loads(res.stdout[res.stdout.index("{"):])
+    assert printed["train_layers"] == 6 and printed["reuse_frozen"] is True and printed["max_minutes"] == 30

@@ -478,3 +478,33 @@ def test_grpo_stops_when_max_minutes_is_spent(tmp_path: Path, qa_file: Path, cor
     out = train_grpo(cfg, policy=tiny_policy(seed=0), reward=toy_reward)
     assert out["step"] == 1 and len(read_metrics(cfg.output_dir)) == 1
     assert torch.load(Path(cfg.output_dir) / "checkpoint.pt", weights_only=True)["step"] == 1
+
+
+def test_frozen_layers_reused_give_the_whole_models_logprobs(tmp_path: Path, qa_file: Path,
+                                                              corpus_file: Path) -> None:
+    """The state kept at the first trained layer, run through the trained layers only, scores what the whole
+    model scores; SFT reusing it trains the same weights as SFT recomputing it."""
+    from agents.trainers.frozen import FrozenLayers
+    from agents.trainers.models import freeze_below, pad_token_id
+
+    policy = tiny_policy(seed=0)
+    cfg = _sft_cfg(tmp_path / "x", qa_file, corpus_file)
+    samples, _ = cfg.demonstrations(policy)
+    freeze_below(policy.model, 1)
+    frozen = FrozenLayers(policy.model, 1)
+    pad = pad_token_id(policy)
+    for keys in ([0, 1], [1, 0], [1, 2]):  # computed, then reused (in another order and batch), then mixed
+        mb = [samples[k] for k in keys]
+        got = frozen.forward_logprobs(mb, keys, pad).logprobs
+        want = forward_logprobs(policy.model, pad_samples(mb, pad)).logprobs
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    assert (frozen.computed, frozen.reused) == (3, 3)
+    runs = {}
+    for reuse in (True, False):
+        c = _sft_cfg(tmp_path / str(reuse), qa_file, corpus_file, steps=6, save_every=0, train_layers=1,
+                     reuse_frozen=reuse)
+        runs[reuse] = train_sft(c, policy=tiny_policy(seed=0))
+    assert runs[True]["last"]["frozen_reused"] > 0 and "frozen_reused" not in runs[False]["last"]
+    a, b = runs[True]["policy"].model.state_dict(), runs[False]["policy"].model.state_dict()
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=1e-3, atol=1e-4)

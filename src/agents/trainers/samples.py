@@ -151,8 +151,6 @@ def forward_logprobs(
     Returns:
         A :class:`ForwardOut` on the model's device (a batch elsewhere is moved there first).
     """
-    from torch.utils.checkpoint import checkpoint
-
     decoder, head = split_model(model)
     device = model_device(model)
     batch = to_device(batch, device)
@@ -160,6 +158,31 @@ def forward_logprobs(
         hidden = decoder(
             input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False
         ).last_hidden_state
+    return logprobs_from_hidden(hidden, head, batch, temperature=temperature, want_hidden=want_hidden, bf16=bf16)
+
+
+def logprobs_from_hidden(
+    hidden: torch.Tensor,
+    head: Any,
+    batch: Padded,
+    *,
+    temperature: float = 1.0,
+    want_hidden: bool = False,
+    bf16: bool = False,
+) -> ForwardOut:
+    """The second half of :func:`forward_logprobs`: the output head on the masked-in positions of ``hidden``.
+
+    Args:
+        hidden: The decoder's last hidden state ``[B, L, H]`` for ``batch`` (on the model's device).
+        head: The output head.
+        batch: The padded batch, on the same device.
+        temperature: As in :func:`forward_logprobs`.
+        want_hidden: As in :func:`forward_logprobs`.
+        bf16: As in :func:`forward_logprobs`.
+    """
+    from torch.utils.checkpoint import checkpoint
+
+    device = hidden.device
     rows, cols = torch.nonzero(batch.mask > 0, as_tuple=True)
     picked = hidden[rows, cols - 1]
     targets = batch.input_ids[rows, cols]

@@ -26,11 +26,12 @@ from agents.devices import model_device
 from agents.trainers.checkpoints import restore_training_state, save_training_state, start_run
 from agents.trainers.config import TrainConfig, _help
 from agents.trainers.data import DataOrder, task_examples
+from agents.trainers.frozen import FrozenLayers
 from agents.trainers.losses import masked_sum
 from agents.trainers.metrics import MetricsLog, Timer, last_record, progress_bar, seconds_spent
 from agents.trainers.models import init_policy, pad_token_id, trainable_parameters
 from agents.trainers.optim import TimeBudget, gradient_norm, make_optimizer, make_scheduler, optimizer_step
-from agents.trainers.samples import Sample, forward_logprobs, micro_batches, pad_samples
+from agents.trainers.samples import Sample, forward_logprobs, pad_samples
 from searchenv.corpus import DataWarning
 from searchenv.utils.jsonsafe import iter_jsonl
 
@@ -51,6 +52,11 @@ class SFTConfig(TrainConfig):
         default=None, metadata=_help("Peak learning rate (AdamW); unset: 2e-5, or 5e-4 with lora=true.")
     )
     steps: int = field(default=60, metadata=_help("Optimizer steps."))
+    reuse_frozen: bool = field(
+        default=True,
+        metadata=_help("With train_layers: keep each demonstration's hidden state where the trained layers begin "
+                       "(computed the first time it is seen) and run only the trained layers on it afterwards."),
+    )
 
     default_learning_rate: ClassVar[float] = 2e-5
     default_lora_learning_rate: ClassVar[float] = 5e-4
@@ -288,16 +294,22 @@ def train_sft(
             cursor=order.cursor
         )
 
+    frozen = FrozenLayers(model, cfg.train_layers) if cfg.train_layers is not None and cfg.reuse_frozen else None
     step = start
     for step in range(start + 1, cfg.steps + 1):
         timer = Timer()
-        batch = [samples[i] for i in order.take(cfg.batch_size)]
+        picked = list(order.take(cfg.batch_size))
+        batch = [samples[i] for i in picked]
         n_tok = sum(s.num_policy_tokens for s in batch)
         total_loss = 0.0
         with timer("training"):
-            for mb in micro_batches(batch, cfg.micro_batch_size):
+            for at in range(0, len(batch), cfg.micro_batch_size):
+                mb = batch[at : at + cfg.micro_batch_size]
                 padded = pad_samples(mb, pad_id, device)
-                out = forward_logprobs(model, padded, bf16=cfg.bf16)
+                if frozen is not None:  # the frozen layers' part of a demonstration seen before is reused
+                    out = frozen.forward_logprobs(mb, picked[at : at + len(mb)], pad_id, bf16=cfg.bf16)
+                else:
+                    out = forward_logprobs(model, padded, bf16=cfg.bf16)
                 loss = -masked_sum(out.logprobs, padded.mask) / max(n_tok, 1)
                 loss.backward()
                 total_loss += float(loss.detach())
@@ -312,6 +324,7 @@ def train_sft(
             "lr": sched.get_last_lr()[0],
             "seconds": timer.totals(),
             "tokens_per_s": n_tok / max(timer.seconds.get("training", 1e-9), 1e-9),
+            **({} if frozen is None else {"frozen_reused": frozen.reused, "frozen_computed": frozen.computed}),
             **demo_stats,
         }
         log.write(last)

@@ -24,6 +24,16 @@ def machine() -> dict[str, Any]:
     }
 
 
+def cpu_flags() -> list[str]:
+    """The CPU's arithmetic-relevant feature flags (from /proc/cpuinfo where there is one)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8")
+    except OSError:
+        return []
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
+    return sorted(f for f in set(flags) if f in {"avx512_bf16", "amx_bf16", "amx_tile", "avx512f", "avx2"})
+
+
 def write_results(name: str, data: dict[str, Any], table: str, command: str | None = None) -> None:
     """Write ``results/<name>.json`` and ``results/<name>.md`` (a Markdown table plus the command), each atomically.
 

@@ -38,7 +38,7 @@ from typing import Any
 _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE] + [str(_HERE)]
 
-from _common import write_results  # noqa: E402
+from _common import cpu_flags, write_results  # noqa: E402
 
 #: Arm name -> SFTConfig fields that differ from the baseline.
 ARMS: dict[str, dict[str, Any]] = {
@@ -50,16 +50,6 @@ ARMS: dict[str, dict[str, Any]] = {
     "lora-top-6-reused": {"lora": True, "train_layers": 6},
 }
 SETTINGS = {"task": "synthetic-2hop", "retriever": "bm25", "top_k": 3, "max_turns": 3, "max_doc_chars": 450}
-
-
-def cpu_flags() -> list[str]:
-    """The CPU's arithmetic-relevant feature flags (from /proc/cpuinfo where there is one)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text(encoding="utf-8")
-    except OSError:
-        return []
-    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
-    return sorted(f for f in set(flags) if f in {"avx512_bf16", "amx_bf16", "amx_tile", "avx512f", "avx2"})
 
 
 def write_demos(folder: Path, n: int) -> Path:

@@ -33,19 +33,9 @@ from typing import Any
 _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE] + [str(_HERE)]
 
-from _common import paired_difference, write_results  # noqa: E402
+from _common import cpu_flags, paired_difference, write_results  # noqa: E402
 
 ARMS = {"float32": None, "bfloat16": "bfloat16"}
-
-
-def cpu_flags() -> list[str]:
-    """The CPU's bfloat16-relevant feature flags (from /proc/cpuinfo where there is one)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text(encoding="utf-8")
-    except OSError:
-        return []
-    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
-    return sorted(f for f in set(flags) if f in {"avx512_bf16", "amx_bf16", "amx_tile", "avx512f", "avx2"})
 
 
 def run_arm(name: str, args: argparse.Namespace) -> dict[str, Any]:

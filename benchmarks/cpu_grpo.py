@@ -31,8 +31,7 @@ from typing import Any
 _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE] + [str(_HERE)]
 
-from _common import write_results  # noqa: E402
-from cpu_sft import cpu_flags  # noqa: E402
+from _common import cpu_flags, write_results  # noqa: E402
 
 ARMS: dict[str, dict[str, Any]] = {
     "lora": {"lora": True},

@@ -64,21 +64,6 @@ def write_demos(folder: Path, n: int) -> Path:
     return path
 
 
-def demo_loss(policy: Any, samples: list[Any]) -> float:
-    """Mean negative log-likelihood per trained token of the samples."""
-    import torch
-
-    from agents.trainers.models import pad_token_id
-    from agents.trainers.samples import forward_logprobs, pad_samples
-
-    total, tokens = 0.0, 0
-    with torch.no_grad():
-        for s in samples:
-            total -= float(forward_logprobs(policy.model, pad_samples([s], pad_token_id(policy))).logprobs.sum())
-            tokens += s.num_policy_tokens
-    return total / max(tokens, 1)
-
-
 def learning_rate(arm: dict[str, Any], args: argparse.Namespace) -> float:
     """The arm's rate: LoRA's, the top layers', or all weights'."""
     if arm.get("lora"):
@@ -90,6 +75,8 @@ def run_arm(name: str, demos: Path, folder: Path, args: argparse.Namespace) -> d
     """One arm: a fresh model, ``args.steps`` SFT steps, timed from the trainer's own metrics."""
     from agents.policies.hf import HFPolicy
     from agents.trainers.metrics import read_metrics
+    from agents.trainers.models import pad_token_id
+    from agents.trainers.samples import mean_nll
     from agents.trainers.sft import SFTConfig, train_sft
 
     cfg = SFTConfig(output_dir=str(folder / name), demos=str(demos), steps=args.steps, batch_size=8,
@@ -98,11 +85,11 @@ def run_arm(name: str, demos: Path, folder: Path, args: argparse.Namespace) -> d
     policy = HFPolicy.smollm2()
     samples, _ = cfg.demonstrations(policy)
     probe = samples[: args.eval_demos]  # demonstrations it trains on: the loss shows what the steps fitted
-    before = demo_loss(policy, probe)
+    before = mean_nll(policy.model, probe, pad_token_id(policy))
     start = time.perf_counter()
     out = train_sft(cfg, policy=policy)
     wall = time.perf_counter() - start
-    after = demo_loss(out["policy"], probe)
+    after = mean_nll(out["policy"].model, probe, pad_token_id(policy))
     recs = read_metrics(cfg.output_dir)
     seconds = [r["seconds"]["training"] for r in recs]
     tokens = [r["policy_tokens"] for r in recs]

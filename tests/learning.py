@@ -124,15 +124,7 @@ def demo_loss(policy: Any, samples: list[Any]) -> float:
     Measured on the same samples before and after training, so the drop is the training's, not a
     difference between the batches that happened to be drawn at the first and the last step.
     """
-    import torch
-
     from agents.trainers.models import pad_token_id
-    from agents.trainers.samples import forward_logprobs, pad_samples
+    from agents.trainers.samples import mean_nll
 
-    total, tokens = 0.0, 0
-    with torch.no_grad():
-        for s in samples:
-            batch = pad_samples([s], pad_token_id(policy))
-            total -= float(forward_logprobs(policy.model, batch).logprobs.sum())
-            tokens += s.num_policy_tokens
-    return total / max(tokens, 1)
+    return mean_nll(policy.model, samples, pad_token_id(policy))

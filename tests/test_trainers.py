@@ -500,7 +500,7 @@ def test_frozen_layers_reused_give_the_whole_models_logprobs(tmp_path: Path, qa_
     pad = pad_token_id(policy)
     for keys in ([0, 1], [1, 0], [1, 2]):  # computed, then reused (in another order and batch), then mixed
         mb = [samples[k] for k in keys]
-        got = frozen.forward_logprobs(mb, keys, pad).logprobs
+        got = frozen.forward_logprobs(mb, keys, pad_samples(mb, pad), pad).logprobs
         want = forward_logprobs(policy.model, pad_samples(mb, pad)).logprobs
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
     assert (frozen.computed, frozen.reused) == (3, 3)

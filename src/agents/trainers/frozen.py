@@ -91,19 +91,20 @@ class FrozenLayers:
             out.append(state)
         return out
 
-    def forward_logprobs(self, samples: Sequence[Sample], keys: Sequence[Hashable], pad_id: int, *,
+    def forward_logprobs(self, samples: Sequence[Sample], keys: Sequence[Hashable], batch: Padded, pad_id: int, *,
                          bf16: bool = False) -> ForwardOut:
         """:func:`~agents.trainers.samples.forward_logprobs` of ``samples``, the frozen layers' part reused.
 
         Args:
             samples: The micro-batch.
             keys: One hashable key per sample that names it across steps (its index in the data).
+            batch: ``samples`` padded (:func:`~agents.trainers.samples.pad_samples`).
             pad_id: Padding token id.
             bf16: Run the trained layers under bfloat16 autocast.
         """
         device = model_device(self.model)
         states = self.hidden(samples, keys, pad_id)
-        batch: Padded = to_device(pad_samples(samples, pad_id), device)
+        batch = to_device(batch, device)
         length = batch.input_ids.shape[1]
         embeds = torch.zeros(len(samples), length, states[0].shape[-1], dtype=states[0].dtype, device=device)
         for i, state in enumerate(states):

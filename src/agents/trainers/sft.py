@@ -307,7 +307,7 @@ def train_sft(
                 mb = batch[at : at + cfg.micro_batch_size]
                 padded = pad_samples(mb, pad_id, device)
                 if frozen is not None:  # the frozen layers' part of a demonstration seen before is reused
-                    out = frozen.forward_logprobs(mb, picked[at : at + len(mb)], pad_id, bf16=cfg.bf16)
+                    out = frozen.forward_logprobs(mb, picked[at : at + len(mb)], padded, pad_id, bf16=cfg.bf16)
                 else:
                     out = forward_logprobs(model, padded, bf16=cfg.bf16)
                 loss = -masked_sum(out.logprobs, padded.mask) / max(n_tok, 1)

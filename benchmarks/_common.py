@@ -34,16 +34,18 @@ def cpu_flags() -> list[str]:
     return sorted(f for f in set(flags) if f in {"avx512_bf16", "amx_bf16", "amx_tile", "avx512f", "avx2"})
 
 
-def write_results(name: str, data: dict[str, Any], table: str, command: str | None = None) -> None:
-    """Write ``results/<name>.json`` and ``results/<name>.md`` (a Markdown table plus the command), each atomically.
+def write_results(name: str, data: dict[str, Any], table: str, command: str | None = None,
+                  folder: Path = RESULTS) -> None:
+    """Write ``<folder>/<name>.json`` and ``<folder>/<name>.md`` (a Markdown table plus the command), each atomically.
 
-    ``command`` is the command line that measured it (default ``python benchmarks/<name>.py``).
+    ``command`` is the command line that measured it (default ``python benchmarks/<name>.py``);
+    ``folder`` defaults to ``benchmarks/results``.
     """
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
     cmd = command or f"python benchmarks/{name}.py"
     data = {"benchmark": name, "machine": machine(), "command": cmd, **data}
-    atomic_write_lines(RESULTS / f"{name}.json", json.dumps(data, indent=2).splitlines())
-    atomic_write_lines(RESULTS / f"{name}.md",
+    atomic_write_lines(folder / f"{name}.json", json.dumps(data, indent=2).splitlines())
+    atomic_write_lines(folder / f"{name}.md",
                        f"{table.rstrip()}\n\nMeasured with `{cmd}` ({data['machine']['date']}).".splitlines())
     print(table)
 

@@ -156,6 +156,43 @@ def test_plot_keeps_each_runs_colour_in_every_panel(tmp_path: Path, monkeypatch:
     assert sum(1 for name, _ in drawn if name == "grpo") == 2 and sum(1 for name, _ in drawn if name == "ppo") == 2
 
 
+def test_plot_draws_seeds_of_one_arm_as_a_band(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`searchenv plot A0 A1 A2 B0 --label a --label a --label a --label b`: arm a as its seeds' mean in their range."""
+    import matplotlib.axes
+
+    runs = []
+    for name, offset in (("a0", 0.0), ("a1", 0.2), ("a2", 0.4), ("b0", 1.0)):
+        run = tmp_path / name
+        run.mkdir()
+        recs = [{"step": i, "em": offset + i / 10} for i in range(1, 5)]
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+        runs.append(str(run))
+    lines: dict[str, list[float]] = {}
+    bands: list[tuple[list[float], list[float]]] = []
+    plot, fill = matplotlib.axes.Axes.plot, matplotlib.axes.Axes.fill_between
+
+    def recording_plot(self: matplotlib.axes.Axes, *args: Any, **kwargs: Any) -> Any:
+        lines[kwargs.get("label", "")] = [float(y) for y in args[1]]
+        return plot(self, *args, **kwargs)
+
+    def recording_fill(self: matplotlib.axes.Axes, x: Any, low: Any, high: Any, **kwargs: Any) -> Any:
+        bands.append(([float(v) for v in low], [float(v) for v in high]))
+        return fill(self, x, low, high, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", recording_plot)
+    monkeypatch.setattr(matplotlib.axes.Axes, "fill_between", recording_fill)
+    out = tmp_path / "curves.png"
+    res = runner.invoke(get_app(), ["plot", *runs, "--out", str(out), "--label", "a", "--label", "a",
+                                    "--label", "a", "--label", "b"])
+    assert res.exit_code == 0, res.output
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert lines["a (3 seeds)"] == pytest.approx([0.3, 0.4, 0.5, 0.6])  # the mean of the three seeds
+    assert bands == [(pytest.approx([0.1, 0.2, 0.3, 0.4]), pytest.approx([0.5, 0.6, 0.7, 0.8]))]
+    assert lines["b"] == pytest.approx([1.1, 1.2, 1.3, 1.4])
+    bad = runner.invoke(get_app(), ["plot", *runs, "--out", str(out), "--label", "a"])
+    assert bad.exit_code == 2 and "1 labels for 4 runs" in bad.output
+
+
 def test_plot_without_metrics_fails_cleanly(tmp_path: Path) -> None:
     res = runner.invoke(get_app(), ["plot", str(tmp_path)])
     assert res.exit_code == 2

@@ -22,6 +22,8 @@
 #             $SEARCHER. LORA=1 trains LoRA adapters instead.
 #   grpo      GRPO from that SFT (GRPO_STEPS), and its shipped form; exports the better shipped form
 #   trl-new   benchmarks/trl_grpo.py from the SFT adapter of the searcher exported to $SEARCHER
+#   mixed     benchmarks/cpu_mixed.py on the GPU: every layer, MIXED_MINUTES of SFT, then every task against the heuristic
+#   claims    benchmarks/claims.py: five seeds of every claim it runs, CLAIMS_MINUTES a call (resumable)
 #   mmoa      benchmarks/mmoa_rag.py, issue 44's comparison: the mmoa-heuristic pipeline, the SFT warm start,
 #             MAPPO over every role and over one role at a time (the others frozen) on 200 held-out
 #             synthetic-2hop questions; MMOA_PHASES picks the phases of this call (cached in /tmp/runs, so
@@ -31,6 +33,7 @@
 # Here, without a GPU, a smoke run checks the script's logic on tiny settings:
 #   DEVICE=cpu QUICK=1 SKIP_INSTALL=1 OUT=/tmp/gpu-smoke WHAT="learning grpo trl-new mmoa" PY=.venv/bin/python \
 #     bash benchmarks/gpu/run.sh main
+# and `make test` runs the `mixed` and `claims` steps so from a tiny model folder (START=FOLDER; tests/test_gpu_recipe.py).
 set -euo pipefail
 STAGE=${STAGE:-/tmp/searchenv-gpu}
 DEVICE=${DEVICE:-cuda}
@@ -216,6 +219,33 @@ if has mmoa; then
   "$PY" benchmarks/mmoa_rag.py "${MMOA_ARGS[@]}" --phases "${MMOA_PHASES:-baselines,sft,mappo_all}" \
     --name "$NAME" --out "$RUNS" || echo "mmoa_rag.py failed: exit $?"
   bring_back
+fi
+# (5) issue 58's two CPU results at GPU size: the mixed-task SFT against the heuristic on every task, then the
+# papers' claims over seeds (benchmarks/claims.py, in its order), each resumable: a later `more` call with the
+# same WHAT continues where the last one stopped (runs under $RUNS_ROOT). Results come back into $OUT.
+RUNS_ROOT=${RUNS_ROOT:-/tmp/runs}
+if has mixed; then
+  if [ "$QUICK" = 1 ]; then
+    MIXED_ARGS=(--start "${START:-searcher}" --minutes 0.2 --max-steps 1 --demos 1 --n 2 --train-layers 1
+                --name cpu_mixed_smoke --run "$RUNS_ROOT/mixed_smoke")
+  else
+    MIXED_ARGS=(--minutes "${MIXED_MINUTES:-30}" --demos 400 --train-layers 0 --lr 5e-5 --n 100 --name gpu_mixed
+                --run "$RUNS_ROOT/gpu_mixed")
+  fi
+  "$PY" benchmarks/cpu_mixed.py --device "$DEVICE" --results "$OUT" "${MIXED_ARGS[@]}" || echo "cpu_mixed.py failed: exit $?"
+fi
+if has claims; then
+  if [ "$QUICK" = 1 ]; then
+    CLAIMS_ARGS=(--claim r3rag-process --start "${START:-searcher-sft}" --seeds 2 --steps 1 --batch 2 --group 2 --n-dev 2
+                 --train-layers 1 --max-new-tokens 16 --threads 1 --out "$RUNS_ROOT/claims_smoke"
+                 --doc "$OUT/claims_smoke.md")
+  else
+    CLAIMS_ARGS=(--claim r3rag-process --claim rl-beyond-sft --claim frugal --claim rex --claim ur2 --seeds 5
+                 --steps 30 --batch 8 --group 8 --lr 2e-6 --train-layers 0 --n-dev 200 --threads 8
+                 --max-minutes "${CLAIMS_MINUTES:-8}" --out "$RUNS_ROOT/claims_gpu" --doc "$OUT/claims.md")
+  fi
+  "$PY" benchmarks/claims.py --device "$DEVICE" --results "$OUT" "${CLAIMS_ARGS[@]}" || echo "claims.py failed: exit $?"
+  tar -cf "$OUT/claims_runs.tar" -C "$RUNS_ROOT" $(cd "$RUNS_ROOT" && ls -d claims_*/*.json 2>/dev/null) 2>/dev/null || true
 fi
 uptime >> "$OUT/load.txt"
 ls -l "$OUT"

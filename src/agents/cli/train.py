@@ -160,12 +160,15 @@ def plot_command(
     run_dirs: Annotated[list[Path], typer.Argument(help="Run folder(s) holding metrics.jsonl.")],
     out: Annotated[Path | None, typer.Option(help="PNG path (default RUN_DIR/learning_curves.png).")] = None,
     smooth: Annotated[int, typer.Option(help="Moving-average window in steps.", min=1)] = 1,
+    label: Annotated[list[str] | None, typer.Option(
+        help="Legend label of each run, in order (repeat the option). Runs with the same label are seeds of one "
+             "arm, drawn as their mean inside a band from lowest to highest.")] = None,
 ) -> None:
-    """Draw the learning curves of one or more runs to a PNG."""
+    """Draw the learning curves of one or more runs to a PNG (seeds of one arm as a band)."""
     from agents.trainers.plot import plot_runs
 
     try:
-        path = plot_runs(run_dirs, out, smooth=smooth)
+        path = plot_runs(run_dirs, out, labels=label or None, smooth=smooth)
     except (FileNotFoundError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

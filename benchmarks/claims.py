@@ -7,7 +7,8 @@ trains the last ``--train-layers`` layers for ``--steps`` steps and is evaluated
 ``--n-dev`` dev questions. A claim's report gives, per arm, the interquartile mean (IQM) of the
 seeds' final scores with a 95% stratified-bootstrap interval over seeds, the probability of
 improvement over seeds, the paired interval over questions (each question's score averaged over
-the seeds first), the rule-based heuristic on the same questions, the learning curves with seeds as
+the seeds first), the rule-based heuristic on the same questions, each run's closed-book control
+(its EM when every search finds nothing: what it answers from its weights), the learning curves with seeds as
 bands, and the verdict of ``_seeds.verdict`` (held, refuted, or unresolved with the seeds the
 observed spread would need). ``_seeds`` says why the estimators are written out rather than imported
 from ``rliable``.
@@ -254,10 +255,12 @@ def run_one(args: argparse.Namespace, task: str, arm: Arm, seed: int) -> dict[st
     train_s = time.perf_counter() - t0
     policy.model.eval()
     row = learning.evaluate_policy(policy, eval_namespace(args, task))
+    closed = closed_book_em(args, policy, task)
     result = {"key": key, "task": task, "trainer": arm.trainer, "reward": arm.reward, "options": arm.options,
               "seed": seed, "steps": steps, "train_seconds": train_s, "settings": settings(args, task),
               "train_em": sum(float(r.get("em", 0.0)) for r in curve) / len(curve) if curve else None,
-              "curve": curve, **{k: v for k, v in row.items() if k != "examples"}, "machine": machine(),
+              "curve": curve, **{k: v for k, v in row.items() if k != "examples"}, "closed_book_em": closed,
+              "machine": machine(),
               "cpu_flags": cpu_flags(), "load": os.getloadavg()}
     args.out.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
@@ -266,6 +269,17 @@ def run_one(args: argparse.Namespace, task: str, arm: Arm, seed: int) -> dict[st
     print(json.dumps({"run": key, "em": result["em"], "searches": result["searches"],
                       "seconds": round(train_s + result["eval_seconds"])}), flush=True)
     return result
+
+
+def closed_book_em(args: argparse.Namespace, policy: Any, task: str) -> float:
+    """EM of the policy on the same dev questions with every search finding nothing (the closed-book control)."""
+    from agents.baselines import make_agent
+    from agents.evaluation.evaluate import evaluate
+
+    agent = make_agent("llm", policy=policy, max_new_tokens=args.max_new_tokens, temperature=0.0)
+    res = evaluate(agent, task=task, split="dev", n=args.n_dev, retriever="closed-book", top_k=args.top_k,
+                   max_turns=args.max_turns, env_kwargs={"max_doc_chars": args.max_doc_chars})
+    return float(res.row["em"])
 
 
 def heuristic(args: argparse.Namespace, task: str) -> dict[str, Any]:
@@ -439,6 +453,10 @@ def report(args: argparse.Namespace) -> None:
             lines.append(f"- {c.a} vs {c.b}, {c.metric}: per seed {', '.join(f'{v:.3f}' for v in row['a_seeds'])} "
                          f"vs {', '.join(f'{v:.3f}' for v in row['b_seeds'])}; {row['verdict']} ({row['reason']}).")
         for arm_name, rs in runs.items():
+            closed = [r["closed_book_em"] for r in rs if r.get("closed_book_em") is not None]
+            if closed:
+                lines.append(f"- {arm_name}, closed-book control (every search finds nothing), EM: "
+                             f"{', '.join(f'{v:.3f}' for v in closed)}.")
             d = paired_difference(averaged(rs, "em"), {"per_question": {q: {"em": v["em"]} for q, v in
                                                                         h["per_question"].items()}})
             lines.append(f"- {arm_name} minus the heuristic, EM over questions: {d['mean']:+.3f} "

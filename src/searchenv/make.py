@@ -101,7 +101,9 @@ def resolve_retriever(retriever: str | os.PathLike[str] | Retriever,
     Args:
         retriever: ``bm25``/``dense`` (with ``corpus``), an index folder, a server URL,
             ``module:ClassOrFactory`` or a ``searchenv.retrievers`` entry-point name
-            (:mod:`searchenv.retrievers.custom`), or an object with ``search_batch`` (returned as is).
+            (:mod:`searchenv.retrievers.custom`), ``closed-book`` (every search finds nothing: the
+            closed-book control, :class:`~searchenv.retrievers.base.NoDocuments`), or an object
+            with ``search_batch`` (returned as is).
         corpus: Corpus file (or a task name whose corpus to use) for a named index kind.
 
     Raises:
@@ -118,12 +120,15 @@ _SHARED: dict[tuple[object, ...], Retriever] = {}
 def shared_retriever(retriever: str | os.PathLike[str] | Retriever, corpus_path: Path | None) -> Retriever:
     """:func:`resolve_retriever` with the corpus already resolved to a file (or None)."""
     from searchenv.retrievers import index_kinds, open_index, retriever_for_corpus
+    from searchenv.retrievers.base import CLOSED_BOOK, NoDocuments
     from searchenv.serving.client import is_server_url
 
     if not isinstance(retriever, str | os.PathLike):
         from searchenv.retrievers.custom import check_retriever
 
         return check_retriever(retriever, "retriever")
+    if retriever == CLOSED_BOOK:
+        return NoDocuments()
     if is_server_url(retriever):
         from searchenv.serving.client import remote_from_url
 
@@ -160,7 +165,8 @@ def shared_retriever(retriever: str | os.PathLike[str] | Retriever, corpus_path:
             return _SHARED[key_custom]
         raise ValueError(
             f"retriever {retriever!r} is neither a known kind ({', '.join(index_kinds())}), an index folder, "
-            f"a server URL (http://HOST:PORT), module:Class, nor a name in the {ENTRY_POINT_GROUP!r} entry points"
+            f"a server URL (http://HOST:PORT), module:Class, {CLOSED_BOOK!r}, nor a name in the "
+            f"{ENTRY_POINT_GROUP!r} entry points"
         )
     if corpus_path is None:
         raise ValueError(f"retriever={retriever!r} needs a corpus: pass corpus=PATH (or a named task)")

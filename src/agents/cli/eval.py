@@ -116,7 +116,8 @@ def eval_command(
     split: str | None = typer.Option(None, "--split", help="Split of a named task (default dev)."),
     retriever: list[str] = typer.Option(
         ["bm25"], "--retriever", "-r",
-        help="Index kind (bm25, dense), index folder, server URL, module:Class or an entry-point name (repeatable)."
+        help="Index kind (bm25, dense), index folder, server URL, module:Class, an entry-point name, or closed-book "
+             "(every search finds nothing: the control for what a model answers from its weights) (repeatable)."
     ),
     n: int = typer.Option(100, "--n", min=1, help="Number of questions (the first n of the split)."),
     out: Path | None = typer.Option(

@@ -5,16 +5,16 @@
 caching built indexes on disk keyed by the corpus file's hash. Every build is swapped in
 atomically and every open checks the files (see :mod:`searchenv.retrievers.index.metadata`).
 
-Modules: :mod:`.base` (:class:`Retriever`, :class:`Hit`), :mod:`.kinds` (index kinds, the class
-of each, and the one opener), :mod:`.registry` (build and cache indexes), :mod:`.bm25`, :mod:`.dense` (with
-:mod:`.faiss_index`), :mod:`.hybrid`, :mod:`.sharded`, :mod:`.cache`, :mod:`.batching`,
-:mod:`.quality`, and ``index/`` (metadata, document store). The HTTP client of a retrieval server
-is :mod:`searchenv.serving.client`.
+Modules: :mod:`.base` (:class:`Retriever`, :class:`Hit`, :class:`NoDocuments`: the closed-book
+control), :mod:`.kinds` (index kinds, the class of each, and the one opener), :mod:`.registry`
+(build and cache indexes), :mod:`.bm25`, :mod:`.dense` (with :mod:`.faiss_index`), :mod:`.hybrid`,
+:mod:`.sharded`, :mod:`.cache`, :mod:`.batching`, :mod:`.quality`, and ``index/`` (metadata,
+document store). The HTTP client of a retrieval server is :mod:`searchenv.serving.client`.
 """
 
 from __future__ import annotations
 
-from searchenv.retrievers.base import Hit, Retriever, RetrieverError, check_k
+from searchenv.retrievers.base import CLOSED_BOOK, Hit, NoDocuments, Retriever, RetrieverError, check_k
 from searchenv.retrievers.index.metadata import (
     META_FILE,
     IndexIntegrityError,
@@ -30,9 +30,11 @@ from searchenv.retrievers.kinds import _index_class, index_kinds, register_index
 from searchenv.retrievers.registry import build_index, cached_index_folder, open_index, retriever_for_corpus
 
 __all__ = [
+    "CLOSED_BOOK",
     "META_FILE",
     "Hit",
     "IndexIntegrityError",
+    "NoDocuments",
     "Retriever",
     "RetrieverError",
     "StaleIndexError",

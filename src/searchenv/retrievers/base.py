@@ -64,6 +64,24 @@ class Retriever(Protocol):
         ...
 
 
+#: The retriever name of the closed-book control: every search finds nothing.
+CLOSED_BOOK = "closed-book"
+
+
+class NoDocuments:
+    """The closed-book control: every query finds no document (``retriever="closed-book"``).
+
+    A policy evaluated with it keeps its own prompt and protocol, searches as it learned to, and
+    reads "No documents found." after each search: what it still answers comes from its weights
+    (memorised, leaked, or guessed), which is what the control measures.
+    """
+
+    def search_batch(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
+        """An empty list of hits for every query (``k`` is checked as any retriever checks it)."""
+        check_k(k)
+        return [[] for _ in queries]
+
+
 def check_k(k: int) -> int:
     """Validate a top-k value.
 

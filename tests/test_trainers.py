@@ -513,3 +513,44 @@ def test_frozen_layers_reused_give_the_whole_models_logprobs(tmp_path: Path, qa_
     a, b = runs[True]["policy"].model.state_dict(), runs[False]["policy"].model.state_dict()
     for k in a:
         torch.testing.assert_close(a[k], b[k], rtol=1e-3, atol=1e-4)
+
+
+def test_sft_all_token_loss_trains_every_token_after_the_first(tmp_path: Path, qa_file: Path,
+                                                               corpus_file: Path) -> None:
+    policy = tiny_policy(seed=0)
+    agent = _sft_cfg(tmp_path / "a", qa_file, corpus_file).demonstrations(policy)[0]
+    every = _sft_cfg(tmp_path / "b", qa_file, corpus_file, loss_tokens="all").demonstrations(policy)[0]
+    assert [s.ids for s in every] == [s.ids for s in agent]
+    assert all(s.mask == [0] + [1] * (len(s.ids) - 1) for s in every)
+    assert sum(s.num_policy_tokens for s in every) > 2 * sum(s.num_policy_tokens for s in agent)
+    with pytest.raises(ValueError, match="loss_tokens must be 'agent' or 'all'"):
+        _sft_cfg(tmp_path / "c", qa_file, corpus_file, loss_tokens="prompt")
+
+
+def test_sft_corpus_phase_reads_no_held_out_evidence_and_resumes_exactly(tmp_path: Path) -> None:
+    """corpus_steps: the first steps train on the task's passages, never a dev or test question's evidence."""
+    from searchenv.tasks.registry import load_task
+
+    from agents.trainers.sft import CorpusPassages
+
+    def cfg(folder: str) -> SFTConfig:
+        return SFTConfig(output_dir=str(tmp_path / folder), task="synthetic-2hop", steps=4, corpus_steps=2,
+                         corpus_tokens=48, batch_size=2, micro_batch_size=2, num_demos=2, learning_rate=3e-3,
+                         progress=False, log_every=0, save_every=1, max_turns=3, max_doc_chars=200)
+
+    task = load_task("synthetic-2hop")
+    held = {i for split in ("dev", "test") for ex in task.examples(split) for i in ex.evidence_ids}
+    passages = CorpusPassages(cfg("probe"), tiny_policy(seed=0))
+    assert held <= passages.excluded
+    seen = {passages.docs[i].id for step in range(1, 200) for i in passages.batch(step)[0]}
+    assert len(seen) > 300 and not seen & passages.excluded
+    full = train_sft(cfg("full"), policy=tiny_policy(seed=0))["policy"]
+    assert [r["phase"] for r in read_metrics(tmp_path / "full")] == ["corpus", "corpus", "demonstrations",
+                                                                       "demonstrations"]
+    train_sft(cfg("part"), policy=tiny_policy(seed=0), stop_after=1)  # killed inside the corpus phase
+    resumed = train_sft(cfg("part"), policy=tiny_policy(seed=0), resume=True)["policy"]
+    a, b = _params(full), _params(resumed)
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=0)
+    with pytest.raises(ValueError, match="must leave steps for the demonstrations"):
+        SFTConfig(output_dir=str(tmp_path / "x"), task="synthetic-2hop", steps=2, corpus_steps=2)

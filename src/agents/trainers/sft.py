@@ -6,7 +6,12 @@ Demonstrations are whole episodes in the environment's own protocol: the oracle 
 per line, as written by ``searchenv eval``). Each is laid out exactly as a rollout sees it: the
 chat prompt (system + user) from ``policy.chat_prompt_ids``, then each assistant turn's tokens
 followed by the environment's reply. The loss is the mean negative log-likelihood of the
-assistant turns only: prompt and retrieved documents are masked out.
+assistant turns only: prompt and retrieved documents are masked out (``loss_tokens="all"``: of
+every token after the first, a language model's loss on the whole transcript).
+
+An optional corpus phase (``corpus_steps``) first trains a language model's loss on the task's
+own passages, ``batch_size`` a step, none of them gold evidence of a held-out question (the
+splits other than ``split``): the model reads the world's names before it learns the protocol.
 
 Read top to bottom: config, demonstrations, then the loop.
 """
@@ -52,6 +57,17 @@ class SFTConfig(TrainConfig):
         default=None, metadata=_help("Peak learning rate (AdamW); unset: 2e-5, or 5e-4 with lora=true.")
     )
     steps: int = field(default=60, metadata=_help("Optimizer steps."))
+    loss_tokens: str = field(
+        default="agent",
+        metadata=_help("agent: the loss on the assistant's turns only; all: on every token after the first "
+                       "(prompt and retrieved documents included)."),
+    )
+    corpus_steps: int = field(
+        default=0,
+        metadata=_help("Steps of language-model loss on the task's corpus passages before the demonstrations "
+                       "(batch_size passages a step, none a held-out question's gold evidence); 0: none."),
+    )
+    corpus_tokens: int = field(default=256, metadata=_help("Tokens kept of each corpus passage."))
     reuse_frozen: bool = field(
         default=True,
         metadata=_help("With train_layers: keep each demonstration's hidden state where the trained layers begin "
@@ -70,10 +86,17 @@ class SFTConfig(TrainConfig):
     def __post_init__(self) -> None:
         """Validate (see :class:`TrainConfig`)."""
         super().__post_init__()
-        for name in ("num_demos", "batch_size"):
+        for name in ("num_demos", "batch_size", "corpus_tokens"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        if isinstance(self.corpus_steps, bool) or not isinstance(self.corpus_steps, int) or self.corpus_steps < 0:
+            raise ValueError(f"corpus_steps must be a non-negative integer, got {self.corpus_steps!r}")
+        if self.corpus_steps >= self.steps:
+            raise ValueError(f"corpus_steps ({self.corpus_steps}) must leave steps for the demonstrations "
+                             f"(steps={self.steps})")
+        if self.loss_tokens not in ("agent", "all"):
+            raise ValueError(f"loss_tokens must be 'agent' or 'all', got {self.loss_tokens!r}")
         if not self.demos:
             raise ValueError("demos must be 'oracle' or a JSONL path")
         if self.demos != "oracle" and not Path(self.demos).is_file():
@@ -198,7 +221,55 @@ def load_demos(cfg: SFTConfig, policy: Any, retriever: Any = None) -> tuple[list
     else:
         records = [record for _where, record in iter_jsonl(cfg.demos)]
     kept, counts = select_demos(cfg, records)
-    return [messages_to_sample(policy, r["messages"]) for r in kept], counts
+    samples = [messages_to_sample(policy, r["messages"]) for r in kept]
+    if cfg.loss_tokens == "all":
+        samples = [Sample(s.ids, [0] + [1] * (len(s.ids) - 1)) for s in samples]
+    return samples, counts
+
+
+def held_out_evidence(cfg: TrainConfig) -> set[str]:
+    """Evidence ids of the questions in the task's splits other than ``cfg.split`` (a named task; else none).
+
+    The gold evidence and every document a sub-question lists as stating its fact.
+    """
+    from searchenv.tasks.registry import load_task
+
+    if Path(cfg.task).is_file():
+        return set()
+    task = load_task(cfg.task)
+    held = [ex for split in task.splits if split != cfg.split for ex in task.examples(split)]
+    return {i for ex in held for i in ex.evidence_ids} | {i for ex in held for d in ex.decomposition
+                                                          for i in d.evidence_ids}
+
+
+class CorpusPassages:
+    """The corpus phase's passages: the task corpus minus held-out gold evidence, in a seeded order.
+
+    A step's passages depend only on the step (``DataOrder`` from the seed, cursor
+    ``(step - 1) * batch_size``), so a resumed run reads the same ones.
+    """
+
+    def __init__(self, cfg: SFTConfig, policy: Any) -> None:
+        from searchenv.corpus import read_corpus
+        from searchenv.make import corpus_file
+
+        source = cfg.corpus if cfg.corpus is not None else cfg.task
+        held = held_out_evidence(cfg)
+        self.docs = [d for d in read_corpus(corpus_file(source)) if d.id not in held]
+        if not self.docs:
+            raise ValueError(f"the corpus of {source} has no passage that is not a held-out question's evidence")
+        self.excluded = held
+        self.policy, self.cfg = policy, cfg
+
+    def batch(self, step: int) -> tuple[list[int], list[Sample]]:
+        """Document indices and samples (loss on every token after the first) of corpus step ``step``."""
+        order = DataOrder(len(self.docs), self.cfg.seed + 1, cursor=(step - 1) * self.cfg.batch_size)
+        picked = order.take(self.cfg.batch_size)
+        out = []
+        for i in picked:
+            ids = list(self.policy.encode(f"{self.docs[i].title}\n{self.docs[i].text}"))[: self.cfg.corpus_tokens]
+            out.append(Sample(ids, [0] + [1] * (len(ids) - 1)))
+        return picked, out
 
 
 def select_demos(cfg: SFTConfig, records: Sequence[Mapping[str, Any]]) -> tuple[list[Mapping[str, Any]],
@@ -295,18 +366,23 @@ def train_sft(
         )
 
     frozen = FrozenLayers(model, cfg.train_layers) if cfg.train_layers is not None and cfg.reuse_frozen else None
+    corpus = CorpusPassages(cfg, policy) if cfg.corpus_steps else None
     step = start
     for step in range(start + 1, cfg.steps + 1):
         timer = Timer()
-        picked = list(order.take(cfg.batch_size))
-        batch = [samples[i] for i in picked]
+        reading = corpus is not None and step <= cfg.corpus_steps
+        if reading:
+            picked, batch = corpus.batch(step)  # type: ignore[union-attr]
+        else:
+            picked = list(order.take(cfg.batch_size))
+            batch = [samples[i] for i in picked]
         n_tok = sum(s.num_policy_tokens for s in batch)
         total_loss = 0.0
         with timer("training"):
             for at in range(0, len(batch), cfg.micro_batch_size):
                 mb = batch[at : at + cfg.micro_batch_size]
                 padded = pad_samples(mb, pad_id, device)
-                if frozen is not None:  # the frozen layers' part of a demonstration seen before is reused
+                if frozen is not None and not reading:  # a demonstration's frozen part seen before is reused
                     out = frozen.forward_logprobs(mb, picked[at : at + len(mb)], padded, pad_id, bf16=cfg.bf16)
                 else:
                     out = forward_logprobs(model, padded, bf16=cfg.bf16)
@@ -326,6 +402,7 @@ def train_sft(
             "tokens_per_s": n_tok / max(timer.seconds.get("training", 1e-9), 1e-9),
             **({} if frozen is None else {"frozen_reused": frozen.reused, "frozen_computed": frozen.computed}),
             **demo_stats,
+            "phase": "corpus" if reading else "demonstrations",
         }
         log.write(last)
         bar.update(1)

@@ -529,9 +529,8 @@ def test_sft_all_token_loss_trains_every_token_after_the_first(tmp_path: Path, q
 
 def test_sft_corpus_phase_reads_no_held_out_evidence_and_resumes_exactly(tmp_path: Path) -> None:
     """corpus_steps: the first steps train on the task's passages, never a dev or test question's evidence."""
-    from searchenv.tasks.registry import load_task
-
     from agents.trainers.sft import CorpusPassages
+    from searchenv.tasks.registry import load_task
 
     def cfg(folder: str) -> SFTConfig:
         return SFTConfig(output_dir=str(tmp_path / folder), task="synthetic-2hop", steps=4, corpus_steps=2,

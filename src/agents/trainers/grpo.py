@@ -286,6 +286,7 @@ def train_grpo(
             step, timer, metrics, upd, episodes=len(episodes), infra=infra, trained=trained,
             extra={"zero_variance_groups": zero_var, "groups": n_groups, "sampling_rounds": rounds,
                    "dropped_groups": dropped, "generated_tokens": _generated_tokens(episodes),
+                   "rollout_tokens": sum(len(ep.sample.ids) for ep in episodes),
                    "closed_book_groups": closed_book_groups, **probe_stats},
         )
         run.record(last, {"reward": f"{metrics['reward_mean']:.3f}", "em": f"{metrics['em']:.2f}"},

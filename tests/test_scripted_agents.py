@@ -412,3 +412,19 @@ def test_answer_slot_prompts_are_the_tokenizers_own_encoding_of_their_text(bm25,
         text = policy.decode(prompt)
         assert text.endswith("<answer>") and ("<information>" in text) == (name == "rag")
         assert policy.tokenizer(text)["input_ids"] == prompt
+
+
+def test_the_oracle_names_both_compared_values_where_it_answers_a_comparison() -> None:
+    """Its demonstrations put the two values beside the decision, so a model imitating it need not look back."""
+    from agents.evaluation.evaluate import evaluate
+    from searchenv.tasks.registry import load_task
+
+    examples = {ex.id: ex for ex in load_task("synthetic-comparison").examples("dev")[:10]}
+    result = evaluate("oracle", task="synthetic-comparison", split="dev", n=10)
+    answered = [ep for ep in result.episodes if ep.metrics["em"] == 1.0]
+    assert len(answered) >= 8
+    for ep in answered:
+        first, second = examples[ep.example_id].decomposition
+        last = [m["content"] for m in ep.messages if m["role"] == "assistant"][-1]
+        decision = last.index("So the answer to the question is")
+        assert f"is {second.answer}." in last[:decision] and f"was {first.answer}." in last[:decision], last

@@ -257,6 +257,10 @@ class OracleAgent(_ScriptedAgent):
             final, gold = hops[-1], ep.example.answers[0]
             read = (f"I have read about {'; '.join(_clean(h.question) for h in hops)}." if is_lookup(final) else
                     f'The information says the answer to "{_clean(final.question)}" is {_clean(final.answer)}.')
+            if ep.example.type == "comparison" and len(hops) == 2 and not is_lookup(hops[0]):
+                # both values side by side where the comparison is made, not one of them turns back
+                read += f' Before, "{_clean(hops[0].question)}" was {_clean(hops[0].answer)}.'
+
             return answer_turn(ep, f"{read} So the answer to the question is {_clean(gold)}.", gold,
                                self._evidence(ep))
         if ep.turns_left <= 1:

@@ -488,7 +488,8 @@ def _minibatch_gradients(mb: Sequence[Sample], model: Any, cfg: GRPOConfig, pad_
     seq_total = sum(1 for s in mb if s.num_policy_tokens)
     acc = {"pg_loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "approx_kl": 0.0, "entropy": 0.0}
     device = model_device(model)
-    for micro in micro_batches(mb, cfg.micro_batch_size):
+    # micro-batches of similar lengths pad less; each is weighted by its share of the minibatch, so the sum is the same
+    for micro in micro_batches(sorted(mb, key=lambda s: len(s.ids)), cfg.micro_batch_size):
         padded = pad_samples(micro, pad_id, device)
         L = padded.input_ids.shape[1]
         out = forward_logprobs(model, padded, temperature=cfg.temperature, bf16=cfg.bf16)

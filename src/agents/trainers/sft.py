@@ -378,12 +378,15 @@ def train_sft(
             batch = [samples[i] for i in picked]
         n_tok = sum(s.num_policy_tokens for s in batch)
         total_loss = 0.0
+        # micro-batches of similar lengths pad less (the loss is a sum over tokens: the grouping does not change it)
+        by_length = sorted(range(len(batch)), key=lambda i: len(batch[i].ids))
         with timer("training"):
             for at in range(0, len(batch), cfg.micro_batch_size):
-                mb = batch[at : at + cfg.micro_batch_size]
+                chosen = by_length[at : at + cfg.micro_batch_size]
+                mb = [batch[i] for i in chosen]
                 padded = pad_samples(mb, pad_id, device)
                 if frozen is not None and not reading:  # a demonstration's frozen part seen before is reused
-                    out = frozen.forward_logprobs(mb, picked[at : at + len(mb)], padded, pad_id, bf16=cfg.bf16)
+                    out = frozen.forward_logprobs(mb, [picked[i] for i in chosen], padded, pad_id, bf16=cfg.bf16)
                 else:
                     out = forward_logprobs(model, padded, bf16=cfg.bf16)
                 loss = -masked_sum(out.logprobs, padded.mask) / max(n_tok, 1)

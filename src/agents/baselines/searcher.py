@@ -329,6 +329,8 @@ def merge_adapter(policy: Any, spec: Mapping[str, Any], tensors: Mapping[str, An
 
     from peft import get_peft_model
 
+    from agents.policies.hf.gguf import quiet_loading
+
     check_adapter_tensors(spec, tensors, name=name)
     modules = {n for n, _ in policy.model.named_modules()}
     absent = [m for m in spec.get("modules_to_save") or [] if m not in modules]
@@ -339,7 +341,7 @@ def merge_adapter(policy: Any, spec: Mapping[str, Any], tensors: Mapping[str, An
         raise ValueError(f"{name} does not fit the base model: target_modules {list(spec['target_modules'])} match "
                          "no module of it")
     dtype = next(policy.model.parameters()).dtype
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), quiet_loading():
         # peft warns about adapters on a tied embedding; merging keeps the tie (retied below, tested)
         warnings.filterwarnings("ignore", message=r".*tie_word_embeddings=True.*", category=UserWarning)
         wrapped = get_peft_model(policy.model, config)

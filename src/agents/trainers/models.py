@@ -146,6 +146,8 @@ def _load_weights(policy: Any, ckpt: Mapping[str, Any], path: Path) -> None:
         return
     from peft import LoraConfig, get_peft_model
 
+    from agents.policies.hf.gguf import quiet_loading
+
     c = ckpt["config"]
     names = {n.rsplit(".", 1)[-1] for n, _ in policy.model.named_modules()}
     lcfg = LoraConfig(
@@ -154,7 +156,8 @@ def _load_weights(policy: Any, ckpt: Mapping[str, Any], path: Path) -> None:
         lora_dropout=c["lora_dropout"],
         target_modules=[t for t in c["lora_target_modules"] if t in names],
     )
-    wrapped = get_peft_model(policy.model, lcfg)
+    with quiet_loading():
+        wrapped = get_peft_model(policy.model, lcfg)
     adapters = {k: v for k, v in wrapped.state_dict().items() if ".lora_" in k}
     try:
         check_state_dict(path, "model", ckpt["model"], adapters, same_dtype=False)
@@ -180,6 +183,8 @@ def prepare_model(policy: Any, cfg: TrainConfig) -> None:
     if cfg.lora and not hasattr(model, "peft_config"):
         from peft import LoraConfig, get_peft_model
 
+        from agents.policies.hf.gguf import quiet_loading
+
         names = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
         targets = [t for t in cfg.lora_target_modules if t in names]
         if not targets:
@@ -191,7 +196,8 @@ def prepare_model(policy: Any, cfg: TrainConfig) -> None:
         )
         with torch.random.fork_rng(devices=[]):  # adapters drawn from cfg.seed alone; global state restored
             torch.manual_seed(cfg.seed)
-            policy.model = get_peft_model(model, lcfg)
+            with quiet_loading():
+                policy.model = get_peft_model(model, lcfg)
     elif cfg.train_layers is not None and not cfg.lora:
         freeze_below(model, cfg.train_layers)
     if cfg.gradient_checkpointing:

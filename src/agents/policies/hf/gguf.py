@@ -7,10 +7,13 @@ file; the first load converts it to an ordinary float model and caches it as saf
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import shutil
 import tempfile
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +36,28 @@ _ALIASES = {
     "smollm2": "SmolLM2-135M-Instruct",
 }
 _DTYPES = ("float32", "bfloat16", "float16")
+
+
+@contextlib.contextmanager
+def quiet_loading() -> Iterator[None]:
+    """The libraries' own noise off while a model is loaded or wrapped; restored after.
+
+    transformers' progress bars (GGUF de-quantization, weight loading) and peft's warning that
+    transformers' ``is_gradient_checkpointing``, which ``get_peft_model`` reads, is deprecated: a
+    user reads either as trouble in a run that is fine. Other warnings still show.
+    """
+    from transformers.utils import logging as hf_logging
+
+    shown = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r".*is_gradient_checkpointing.*is deprecated",
+                                    category=FutureWarning)
+            yield
+    finally:
+        if shown:
+            hf_logging.enable_progress_bar()
 
 
 def packaged_gguf_path(name: str = DEFAULT_MODEL) -> Path:
@@ -92,8 +117,9 @@ def convert_gguf(gguf_file: str | os.PathLike[str], out_dir: str | os.PathLike[s
     if not src.is_file():
         raise FileNotFoundError(f"GGUF file {src} does not exist")
     out.parent.mkdir(parents=True, exist_ok=True)
-    tokenizer = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
-    model: Any = AutoModelForCausalLM.from_pretrained(src.parent, gguf_file=src.name)
+    with quiet_loading():
+        tokenizer = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
+        model: Any = AutoModelForCausalLM.from_pretrained(src.parent, gguf_file=src.name)
     # The tensors are already de-quantized floats; drop the GGUF marker so the model saves normally.
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
@@ -177,8 +203,9 @@ def load_model(
 
     folder = resolve_model_path(name_or_path)
     torch_dtype = _torch_dtype(dtype) or torch.float32
-    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-    model: Any = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype, local_files_only=True)
+    with quiet_loading():
+        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        model: Any = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype, local_files_only=True)
     model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     model.eval()
     return model, tokenizer

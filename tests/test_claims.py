@@ -78,12 +78,9 @@ def test_verdict_refuses_an_unknown_direction() -> None:
 def test_a_toy_sweep_runs_reports_and_continues(tmp_path: Path) -> None:
     """The documented command at toy size: two seeds of R3-RAG's arms on a tiny model, the report, a rerun."""
     pytest.importorskip("transformers")
-    from tests.tiny_model import build_tiny_model
+    from tests.tiny_model import tiny_model_folder
 
-    model, tokenizer = build_tiny_model(0)
-    folder = tmp_path / "tiny"
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    folder = tiny_model_folder(tmp_path / "tiny")
     out, doc, results = tmp_path / "runs", tmp_path / "claims.md", tmp_path / "results"
     cmd = [sys.executable, str(ROOT / "benchmarks" / "claims.py"), "--claim", "r3rag-process", "--seeds", "2",
            "--start", str(folder), "--steps", "1", "--batch", "2", "--group", "2", "--n-dev", "3",

@@ -53,12 +53,9 @@ def test_eval_reports_a_bad_task_without_traceback(tmp_path: Path) -> None:
 
 def test_eval_with_an_llm_agent_from_a_model_folder(tmp_path: Path, corpus_file: Path) -> None:
     pytest.importorskip("transformers")
-    from tests.tiny_model import build_tiny_model
+    from tests.tiny_model import tiny_model_folder
 
-    model, tokenizer = build_tiny_model(0)
-    folder = tmp_path / "tiny"
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    folder = tiny_model_folder(tmp_path / "tiny")
     out = tmp_path / "run"
     args = ["eval", "--agent", "rag", "--agent", "oracle", "--task", str(_qa_file(tmp_path))]
     args += ["--corpus", str(corpus_file), "--n", "2", "--model", str(folder), "--max-new-tokens", "6"]

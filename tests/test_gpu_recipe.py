@@ -23,12 +23,9 @@ pytestmark = pytest.mark.slow
 
 def test_the_gpu_sequence_runs_the_mixed_task_and_claims_steps(tmp_path: Path) -> None:
     pytest.importorskip("transformers")
-    from tests.tiny_model import build_tiny_model
+    from tests.tiny_model import tiny_model_folder
 
-    model, tokenizer = build_tiny_model(0)
-    folder = tmp_path / "tiny"
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    folder = tiny_model_folder(tmp_path / "tiny")
     out = tmp_path / "out"
     results = ROOT / "benchmarks" / "results"
     before = {p.name: p.stat().st_mtime_ns for p in results.iterdir()}

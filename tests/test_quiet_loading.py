@@ -14,11 +14,9 @@ def test_loading_a_model_folder_shows_no_progress_bar(tmp_path: Path, capfd: pyt
     from transformers.utils import logging as hf_logging
 
     from agents.policies.hf import HFPolicy
-    from tests.tiny_model import build_tiny_model
+    from tests.tiny_model import tiny_model_folder
 
-    model, tokenizer = build_tiny_model(0)
-    model.save_pretrained(tmp_path / "tiny")
-    tokenizer.save_pretrained(tmp_path / "tiny")
+    tiny_model_folder(tmp_path / "tiny")
     capfd.readouterr()
     hf_logging.enable_progress_bar()
     HFPolicy.from_pretrained(tmp_path / "tiny", device="cpu")

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 CHAT_TEMPLATE = (
@@ -207,3 +208,11 @@ def tiny_policy(seed: int = 0, **kwargs: Any) -> Any:
 
     model, tokenizer = build_tiny_model(seed)
     return HFPolicy(model, tokenizer, **kwargs)
+
+
+def tiny_model_folder(folder: Path, seed: int = 0) -> Path:
+    """:func:`build_tiny_model` saved as an HF model folder (model and tokenizer), for what loads a model by path."""
+    model, tokenizer = build_tiny_model(seed)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder

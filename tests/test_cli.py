@@ -58,7 +58,9 @@ def test_play_an_episode_by_hand(tmp_path, corpus_file) -> None:
     assert "answer='Karsk'" in res.output and "em=1.0" in res.output
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["tasks"], ["train", "--help"]])
+@pytest.mark.parametrize("argv", [["--help"], ["tasks"], ["train", "--help"],
+                                  ["eval", "--agent", "heuristic", "--agent", "oracle", "--task", "synthetic-2hop",
+                                   "--n", "3"]])
 def test_commands_that_need_no_model_do_not_import_torch(argv: list[str]) -> None:
     import subprocess
     import sys
@@ -70,6 +72,19 @@ def test_commands_that_need_no_model_do_not_import_torch(argv: list[str]) -> Non
         "try:\n    main()\nexcept SystemExit as exc:\n    assert not exc.code, exc.code\n"
         "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH')\n"
     )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "NO-TORCH", out.stdout[-500:]
+
+
+def test_an_episode_of_the_environment_does_not_import_torch() -> None:
+    """The core install (`pip install -e .`, no torch) runs the environment: the README says so."""
+    import subprocess
+    import sys
+
+    code = ("import sys, gymnasium as gym, searchenv\n"
+            "env = gym.make('SearchQA-v0', task='synthetic-2hop')\n"
+            "env.reset(seed=0); env.step('<search> x </search>'); env.step('<answer> x </answer>')\n"
+            "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH')\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip().splitlines()[-1] == "NO-TORCH", out.stdout[-500:]
 

@@ -221,11 +221,13 @@ def episodes_in_flight(policy: Any, episodes: int, tokens_per_episode: int, *, m
         tokens_per_episode: An episode's longest context (prompt, every turn and every reply).
         memory_share: The share of free device memory the key/values may take.
     """
-    import torch
-
     device = getattr(policy, "device", None)
     config = getattr(getattr(policy, "model", None), "config", None)
-    if not isinstance(device, torch.device) or device.type != "cuda" or config is None:
+    if device is None or config is None:  # no model (a scripted agent): torch need not even be installed
+        return HOST_EPISODES_IN_FLIGHT
+    import torch
+
+    if not isinstance(device, torch.device) or device.type != "cuda":
         return HOST_EPISODES_IN_FLIGHT
     layers = getattr(config, "num_hidden_layers", None)
     heads = getattr(config, "num_attention_heads", None)

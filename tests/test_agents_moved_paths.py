@@ -135,6 +135,11 @@ def test_renamed_classes_keep_their_old_name_with_a_warning() -> None:
         from agents.rollout import EpisodeRecord as RolloutRecord
     assert EpisodeRecord is EpisodeResult and RolloutRecord is TokenEpisode and EpisodeResult is not TokenEpisode
     assert "EpisodeRecord" not in agents.baselines.__all__ and "EpisodeRecord" not in agents.rollout.__all__
+    from agents.trainers import episodes
+
+    with pytest.warns(DeprecationWarning, match="episode_metrics is now agents.trainers.episodes.step_metrics"):
+        old = episodes.episode_metrics
+    assert old is episodes.step_metrics
 
 
 def test_the_entry_point_target_is_there() -> None:

@@ -182,14 +182,14 @@ def test_parse_telemetry_in_trainer_metrics_eval_rows_and_episode_metrics(tools_
                                                                          make_env: Any) -> None:
     from agents.baselines import LLMAgent, run_agent
     from agents.evaluation.evaluate import summarize
-    from agents.trainers.episodes import episode_from_record, episode_metrics
+    from agents.trainers.episodes import episode_from_record, step_metrics
     from searchenv.metrics import episode_metrics as env_episode_metrics
     from tests.conftest import EXAMPLES
 
     env = make_env(protocol="tools", max_turns=6)
     turns = _turns(env.protocol)  # search, bad_json, unknown_tool, search, answer
     batch = RolloutEngine(CallPolicy(tools_policy, turns), env, concurrency=2).run(["q0", "q1"])
-    metrics = episode_metrics([episode_from_record(r) for r in batch])
+    metrics = step_metrics([episode_from_record(r) for r in batch])
     assert metrics["invalid_share"] == {"bad_json": 0.2, "unknown_tool": 0.2}  # 2 of 10 turns each
     per_episode = env_episode_metrics(batch[0].info)
     assert per_episode["invalid/bad_json"] == per_episode["invalid/unknown_tool"] == 0.2

@@ -6,7 +6,7 @@ Three aggregations share it and differ on purpose:
   column as 0.0;
 - :func:`agents.evaluation.bench.set_metrics` (one set of a bench card) reads it as None (a set
   whose episodes all failed has no score, not a score of 0), and adds judge and token columns;
-- :func:`agents.trainers.episodes.episode_metrics` (one training step) works on training samples,
+- :func:`agents.trainers.episodes.step_metrics` (one training step) works on training samples,
   not finished transcripts, and reports means with standard deviations through
   :func:`agents.trainers.metrics.stats` (numpy's summation: published training curves used it).
 

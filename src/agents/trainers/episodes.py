@@ -10,6 +10,7 @@ from agents.trainers.config import TrainConfig
 from agents.trainers.metrics import Timer, stats
 from agents.trainers.samples import Sample
 from searchenv.metrics import invalid_share
+from searchenv.utils.moved import renamed_names
 
 
 @dataclass
@@ -40,7 +41,7 @@ class Episode:
     record: Any = None
 
 
-def episode_metrics(episodes: Sequence[Episode]) -> dict[str, Any]:
+def step_metrics(episodes: Sequence[Episode]) -> dict[str, Any]:
     """Per-step rollout metrics: reward mean/std (total and per term), EM, searches, lengths.
 
     Unlike the evaluation aggregates (:mod:`agents.evaluation.summary`), these are over training
@@ -167,3 +168,7 @@ def episode_from_record(rec: Any) -> Episode:
         response_tokens=int(sum(rec.loss_mask)),
         record=rec,
     )
+
+
+# The old name of step_metrics (it shared its name with searchenv.metrics.episode_metrics), kept for one release.
+__getattr__ = renamed_names(__name__, {"episode_metrics": (__name__, "step_metrics")})

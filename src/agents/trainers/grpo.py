@@ -36,7 +36,7 @@ from agents.rollout.seeds import step_seed
 from agents.trainers.advantages import SCALINGS, group_advantages
 from agents.trainers.config import RLConfig, _help
 from agents.trainers.curriculum import DifficultyCache, route_and_roll_out, scheduled_questions
-from agents.trainers.episodes import episode_metrics, run_rollouts
+from agents.trainers.episodes import run_rollouts, step_metrics
 from agents.trainers.losses import add_kl_penalty, clipped_policy_loss
 from agents.trainers.metrics import Timer, read_metrics
 from agents.trainers.models import refresh_generation_copy
@@ -260,7 +260,7 @@ def train_grpo(
                 continue
             samples.append(ep.sample)
             sample_groups.append(gid)
-        metrics = episode_metrics([ep for ep in episodes if not ep.sample.extras.get("probe")])
+        metrics = step_metrics([ep for ep in episodes if not ep.sample.extras.get("probe")])
 
         # ---- 2. group-relative advantages --------------------------------------------------------
         rewards = [s.extras["return"] for s in samples]

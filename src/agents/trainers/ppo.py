@@ -23,7 +23,7 @@ from agents.devices import model_device
 from agents.rollout.seeds import STEP_SALTS, step_seed
 from agents.trainers.advantages import gae
 from agents.trainers.config import ActorCriticConfig, _help
-from agents.trainers.episodes import episode_metrics, run_rollouts
+from agents.trainers.episodes import run_rollouts, step_metrics
 from agents.trainers.losses import add_kl_penalty, clipped_policy_loss, masked_mean, masked_whiten, value_loss
 from agents.trainers.models import refresh_generation_copy
 from agents.trainers.rl_run import ValueHead, open_rl_run, reference_logprobs  # ValueHead: re-exported
@@ -109,7 +109,7 @@ def train_ppo(
         model.train()
         infra = sum(1 for e in episodes if e.infra_error)
         samples = [e.sample for e in episodes if not e.infra_error and e.sample.num_policy_tokens > 0]
-        metrics = episode_metrics(episodes)
+        metrics = step_metrics(episodes)
         upd = {"pg_loss": 0.0, "vf_loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "vf_clip_fraction": 0.0,
                "approx_kl": 0.0, "entropy": 0.0, "value_mean": 0.0}
         n_updates = 0

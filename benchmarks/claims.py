@@ -21,6 +21,9 @@ Claims, in the order they are settled (``--claim``):
 | ``rl-beyond-sft`` | Search-R1 / ReSearch | GRPO, and PPO, vs the SFT start itself | dev EM (higher) |
 | ``frugal`` | FrugalRAG | outcome + 0.1 a search vs outcome | searches (lower); EM (equal, 0.05) |
 | ``research-second-hop`` | ReSearch / Search-R1 | GRPO on 2-hop from a 1-hop-only start vs it | 2-hop EM (higher) |
+
+``research-second-hop`` starts from a model of its own, built here first: ``--base`` fine-tuned on
+synthetic-1hop oracle demonstrations only (``START_RECIPES``; every packaged checkpoint has seen 2-hop).
 | ``rex`` | REX-RAG | GRPO + 2 probes a dead-end group vs GRPO, 4-hop | dev EM (higher) |
 | ``ur2`` | UR2 | the UR2 curriculum vs uniform sampling, mixed | dev EM (higher) |
 | ``mmoa`` | MMOA-RAG | joint MAPPO vs training one role | dev EM (higher) |
@@ -93,6 +96,25 @@ class Claim:
     arms: dict[str, Arm]
     comparisons: tuple[Comparison, ...]
     pending: str | None = None  # why claims.py cannot run it yet
+    start: str | None = None  # a start of START_RECIPES instead of --start
+
+
+@dataclass(frozen=True)
+class StartRecipe:
+    """A start that claims.py builds itself: SFT of ``--base`` on one task's oracle demonstrations."""
+
+    task: str
+    demos: int = 200
+    steps: int = 40
+    batch: int = 8
+    lr: float = 3e-4
+
+
+#: Starts built here (cached in ``<out>/start-<name>/model``).
+START_RECIPES: dict[str, StartRecipe] = {
+    # taught only single-hop questions: what RL must then extend to a second hop
+    "sft-1hop": StartRecipe("synthetic-1hop"),
+}
 
 
 CLAIMS: dict[str, Claim] = {
@@ -111,9 +133,7 @@ CLAIMS: dict[str, Claim] = {
     "research-second-hop": Claim(
         "ReSearch / Search-R1", "RL from the outcome reward alone teaches the second hop to a policy taught only 1-hop",
         "synthetic-2hop", {"grpo": Arm(), "start": Arm(trainer="none")},
-        (Comparison("grpo", "start", "em", "higher"),),
-        pending="needs a start taught only 1-hop questions (every packaged checkpoint has seen 2-hop ones): "
-                "an SFT of the base model on synthetic-1hop demonstrations, not built by claims.py yet"),
+        (Comparison("grpo", "start", "em", "higher"),), start="sft-1hop"),
     "rex": Claim(
         "REX-RAG", "probes out of dead ends help GRPO on long chains", "synthetic-4hop",
         {"probes": Arm(options={"rex_probes": 2}), "plain": Arm()},
@@ -141,6 +161,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--start", default="searcher-sft",
                     help="The shared start: searcher-sft (the packaged searcher's cold-start model), searcher "
                          "(with its RL adapters), or an HF model folder.")
+    ap.add_argument("--base", default="smollm2-135m",
+                    help="The model a built start (START_RECIPES: a claim's own start) is trained from.")
+    ap.add_argument("--start-steps", type=int, default=None, help="SFT steps of a built start (default: its recipe's).")
+    ap.add_argument("--start-demos", type=int, default=None,
+                    help="Demonstrations of a built start (default: its recipe's).")
     ap.add_argument("--steps", type=int, default=12, help="Training steps of every arm.")
     ap.add_argument("--batch", type=int, default=4, help="Questions a step.")
     ap.add_argument("--group", type=int, default=4, help="Samples a question (GRPO; PPO takes batch x group "
@@ -171,8 +196,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def settings(args: argparse.Namespace, task: str) -> dict[str, Any]:
     """Everything that makes two runs of an arm comparable, beside the arm itself and the seed."""
-    return {"task": task, "start": args.start, "steps": args.steps, "batch": args.batch, "group": args.group,
-            "lr": args.lr, "train_layers": args.train_layers, "n_dev": args.n_dev, "top_k": args.top_k,
+    return {"task": task, "start": getattr(args, "start_label", args.start), "steps": args.steps,
+            "batch": args.batch, "group": args.group, "lr": args.lr, "train_layers": args.train_layers, "n_dev": args.n_dev, "top_k": args.top_k,
             "max_turns": args.max_turns, "max_doc_chars": args.max_doc_chars, "max_new_tokens": args.max_new_tokens}
 
 
@@ -205,6 +230,45 @@ def load_start(args: argparse.Namespace) -> Any:
     from agents.policies.hf import HFPolicy
 
     return HFPolicy.from_pretrained(args.start, device=device)
+
+
+def claim_args(args: argparse.Namespace, claim: Claim, build: bool) -> argparse.Namespace | None:
+    """``args`` for one claim: with its own start (built first when ``build``), or None if that is not built."""
+    if claim.start is None:
+        return args
+    recipe = START_RECIPES[claim.start]
+    steps, demos = args.start_steps or recipe.steps, args.start_demos or recipe.demos
+    label = f"{claim.start} from {args.base}" + ("" if (steps, demos) == (recipe.steps, recipe.demos)
+                                                 else f" ({demos} demonstrations, {steps} steps)")
+    folder = args.out / f"start-{hashlib.sha256(label.encode()).hexdigest()[:10]}" / "model"
+    if not (folder / "config.json").is_file():
+        if not build:
+            return None
+        build_start(args, recipe, steps, demos, folder)
+    out = argparse.Namespace(**vars(args))
+    out.start, out.start_label = str(folder), label
+    return out
+
+
+def build_start(args: argparse.Namespace, recipe: StartRecipe, steps: int, demos: int, folder: Path) -> None:
+    """SFT of ``--base`` by a start recipe (resumable), saved as a model folder (written aside, then renamed)."""
+    from agents.devices import resolve_device
+    from agents.policies.hf import HFPolicy
+    from agents.trainers.sft import SFTConfig, train_sft
+
+    run = folder.parent / "sft"
+    cfg = SFTConfig(output_dir=str(run), task=recipe.task, num_demos=demos, steps=steps,
+                    batch_size=recipe.batch, micro_batch_size=4, learning_rate=recipe.lr, lr_schedule="cosine",
+                    warmup_steps=2, train_layers=args.train_layers or None, top_k=args.top_k,
+                    max_turns=args.max_turns, max_doc_chars=args.max_doc_chars, save_every=5, progress=False,
+                    log_every=5, threads=args.threads, device=args.device)
+    resume = (run / "checkpoint.pt").is_file()
+    policy = HFPolicy.from_pretrained(args.base, device=resolve_device(args.device))
+    out = train_sft(cfg, policy=policy, resume=resume, overwrite=not resume)
+    tmp = folder.with_name(folder.name + ".tmp")
+    out["policy"].model.save_pretrained(tmp)
+    out["policy"].tokenizer.save_pretrained(tmp)
+    tmp.replace(folder)
 
 
 def eval_namespace(args: argparse.Namespace, task: str) -> argparse.Namespace:
@@ -303,6 +367,7 @@ def sweep(args: argparse.Namespace, name: str, started: float) -> None:
     """Every seed of every arm of a claim, seed by seed; stops starting runs past ``--max-minutes``."""
     claim = CLAIMS[name]
     heuristic(args, claim.task)
+    args = claim_args(args, claim, build=True)  # type: ignore[assignment]
     for seed in range(args.seeds):
         for arm in claim.arms.values():
             if args.max_minutes is not None and time.perf_counter() - started > 60 * args.max_minutes:
@@ -424,7 +489,14 @@ def report(args: argparse.Namespace) -> None:
             entry["pending"] = claim.pending
             head.append(f"| {name} | {claim.paper} | | | | | | | not run: {claim.pending} |")
             continue
-        runs = finished(args, claim)
+        cargs = claim_args(args, claim, build=False)
+        if cargs is None:
+            need = sum(args.seeds if arm.trainer != "none" else 1 for arm in claim.arms.values())
+            entry["missing_runs"] = need
+            head.append(f"| {name} | {claim.paper} | | | | | | | not reached: its start ({claim.start}, "
+                        f"`START_RECIPES`) is built first, then {need} runs |")
+            continue
+        runs = finished(cargs, claim)
         missing = sum(max(0, (args.seeds if arm.trainer != "none" else 1) - len(r))
                       for arm, r in zip(claim.arms.values(), runs.values(), strict=True))
         entry["runs"] = {a: [r["key"] for r in rs] for a, rs in runs.items()}
@@ -436,8 +508,9 @@ def report(args: argparse.Namespace) -> None:
             continue
         h = heuristic(args, claim.task)
         entry["heuristic_em"] = h["em"]
+        own = f" Start: {cargs.start_label} (`START_RECIPES`)." if claim.start else ""
         lines = [f"### {name}: {claim.paper}", "", f"Claim: {claim.statement}. Task {claim.task}, {args.n_dev} "
-                 f"dev questions; heuristic EM {h['em']:.3f} on them.", ""]
+                 f"dev questions; heuristic EM {h['em']:.3f} on them.{own}", ""]
         entry["comparisons"] = []
         for c in claim.comparisons:
             row = compare(claim, runs, c)
@@ -461,7 +534,7 @@ def report(args: argparse.Namespace) -> None:
                                                                         h["per_question"].items()}})
             lines.append(f"- {arm_name} minus the heuristic, EM over questions: {d['mean']:+.3f} "
                          f"[{d['ci_low']:+.3f}, {d['ci_high']:+.3f}].")
-        png = draw_curves(args, name, runs)
+        png = draw_curves(cargs, name, runs)
         if png:
             entry["curves_png"] = f"benchmarks/results/{png}"
             lines += ["", f"![{name} learning curves](../../benchmarks/results/{png})"]

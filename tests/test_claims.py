@@ -96,7 +96,7 @@ def test_a_toy_sweep_runs_reports_and_continues(tmp_path: Path) -> None:
     # a claim whose runs are not all finished is listed with the runs and time it still needs; runs with equal
     # settings are shared (its GRPO arm is r3rag-process's outcome arm): PPO's two seeds and the start remain
     assert "| rl-beyond-sft | Search-R1 / ReSearch | | | | | | | not reached: 3 runs still needed, about" in text
-    assert "not run: needs a start taught only 1-hop" in text
+    assert "| research-second-hop | ReSearch / Search-R1 | | | | | | | not reached: its start (sft-1hop" in text
     data = json.loads((results / "claims.json").read_text(encoding="utf-8"))
     rows = data["claims"]["r3rag-process"]["comparisons"]
     assert [r["verdict"] in ("held", "refuted", "unresolved") for r in rows] == [True, True]
@@ -108,6 +108,14 @@ def test_a_toy_sweep_runs_reports_and_continues(tmp_path: Path) -> None:
     assert again.returncode == 0, again.stderr[-3000:]
     assert {p: p.stat().st_mtime_ns for p in finished} == stamps  # finished runs are not trained again
     assert '"run"' not in again.stdout
+    # a claim with a start of its own builds it first (SFT of --base on 1-hop demonstrations), then runs its arms
+    own = [*cmd[:2], "--claim", "research-second-hop", "--base", str(folder), "--start-steps", "1",
+           "--start-demos", "2", *cmd[cmd.index("--seeds"):]]
+    built = subprocess.run(own, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert built.returncode == 0, built.stderr[-3000:]
+    rows = json.loads((results / "claims.json").read_text(encoding="utf-8"))["claims"]["research-second-hop"]
+    assert [r["seeds"] for r in rows["comparisons"]] == [2]
+    assert "Start: sft-1hop from" in doc.read_text(encoding="utf-8")
     # the committed copies are enough to report on a machine that never had the run folders
     for p in out.iterdir():
         if p.is_file():

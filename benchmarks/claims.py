@@ -197,8 +197,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def settings(args: argparse.Namespace, task: str) -> dict[str, Any]:
     """Everything that makes two runs of an arm comparable, beside the arm itself and the seed."""
     return {"task": task, "start": getattr(args, "start_label", args.start), "steps": args.steps,
-            "batch": args.batch, "group": args.group, "lr": args.lr, "train_layers": args.train_layers, "n_dev": args.n_dev, "top_k": args.top_k,
-            "max_turns": args.max_turns, "max_doc_chars": args.max_doc_chars, "max_new_tokens": args.max_new_tokens}
+            "batch": args.batch, "group": args.group, "lr": args.lr, "train_layers": args.train_layers,
+            "n_dev": args.n_dev, "top_k": args.top_k, "max_turns": args.max_turns,
+            "max_doc_chars": args.max_doc_chars, "max_new_tokens": args.max_new_tokens}
 
 
 def run_key(args: argparse.Namespace, task: str, arm: Arm, seed: int) -> str:

@@ -27,7 +27,7 @@ synthetic-1hop oracle demonstrations only (``START_RECIPES``; every packaged che
 | ``rex`` | REX-RAG | GRPO + 2 probes a dead-end group vs GRPO, 4-hop | dev EM (higher) |
 | ``ur2`` | UR2 | the UR2 curriculum vs uniform sampling, mixed | dev EM (higher) |
 | ``mmoa`` | MMOA-RAG | joint MAPPO vs training one role | dev EM (higher) |
-| ``r3rag-transfer`` | R3-RAG | the process arm under dense and hybrid retrieval | gain over outcome (higher) |
+| ``r3rag-transfer`` | R3-RAG | process vs outcome, both evaluated with dense and hybrid retrieval | EM (higher) |
 
 The mean training EM over the steps is the area under the learning curve.
 
@@ -74,6 +74,9 @@ class Arm:
     trainer: str = "grpo"
     reward: dict[str, float] = field(default_factory=lambda: dict(OUTCOME))
     options: dict[str, Any] = field(default_factory=dict)
+    # the retriever of the held-out evaluation (training always searches with BM25): bm25, dense or hybrid;
+    # an arm that differs only here shares the BM25 arm's training run
+    retriever: str = "bm25"
 
 
 @dataclass(frozen=True)
@@ -147,8 +150,11 @@ CLAIMS: dict[str, Claim] = {
         (), pending="its arms are MAPPO runs of benchmarks/mmoa_rag.py (roles, pipelines), not yet run over seeds "
                     "by claims.py"),
     "r3rag-transfer": Claim(
-        "R3-RAG", "a policy trained with BM25 keeps its gain under dense and hybrid retrieval", "synthetic-2hop", {},
-        (), pending="evaluates r3rag-process's finished runs with the dense and hybrid retrievers; not yet wired"),
+        "R3-RAG", "a policy trained with BM25 keeps its gain under dense and hybrid retrieval", "synthetic-2hop",
+        {f"{name}@{ret}": Arm(reward=reward, retriever=ret) for ret in ("dense", "hybrid")
+         for name, reward in (("process", {**OUTCOME, "relevance": 0.2}), ("outcome", OUTCOME))},
+        (Comparison("process@dense", "outcome@dense", "em", "higher"),
+         Comparison("process@hybrid", "outcome@hybrid", "em", "higher"))),
 }
 
 
@@ -213,7 +219,39 @@ def run_key(args: argparse.Namespace, task: str, arm: Arm, seed: int) -> str:
         spec = {**settings(args, task), "trainer": arm.trainer, "reward": arm.reward, "options": arm.options}
         seed_part = f"s{seed}"
     digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
-    return f"{task}-{arm.trainer}-{digest}-{seed_part}"
+    return f"{task}-{arm.trainer}-{digest}-{seed_part}" + ("" if arm.retriever == "bm25" else f"@{arm.retriever}")
+
+
+def eval_retriever(args: argparse.Namespace, task: str, name: str) -> Any:
+    """The evaluation retriever: a name ``SearchQAEnv`` resolves, or ``hybrid`` (BM25 and dense fused by rank)."""
+    if name != "hybrid":
+        return name
+    from searchenv.make import resolve_retriever
+    from searchenv.retrievers.hybrid import HybridRetriever
+    from searchenv.tasks.registry import load_task
+
+    corpus = load_task(task).corpus_path
+    return HybridRetriever([resolve_retriever("bm25", corpus), resolve_retriever("dense", corpus)])
+
+
+def greedy(args: argparse.Namespace, policy: Any) -> Any:
+    """The policy as a greedy agent with its protocol's own system prompt."""
+    from agents.baselines import make_agent
+
+    return make_agent("llm", policy=policy, max_new_tokens=args.max_new_tokens, temperature=0.0)
+
+
+def evaluate_run(args: argparse.Namespace, agent: Any, task: str, retriever: str) -> dict[str, Any]:
+    """The agent's episodes on the first ``--n-dev`` dev questions: the row and per-question scores."""
+    from agents.evaluation.evaluate import evaluate
+
+    res = evaluate(agent, task=task, split="dev", n=args.n_dev, retriever=eval_retriever(args, task, retriever),
+                   retriever_label=retriever, top_k=args.top_k, max_turns=args.max_turns,
+                   batch_size=min(args.n_dev, 100), env_kwargs={"max_doc_chars": args.max_doc_chars})
+    row, kept = res.row, ("em", "f1", "turns", "searches", "queries")
+    return {**{k: row[k] for k in ("em", "f1", "searches", "turns", "answered", "invalid_turns", "evidence_recall")},
+            "n": args.n_dev, "eval_seconds": res.seconds, "retriever": retriever,
+            "per_question": {e.example_id: {k: float(e.metrics[k]) for k in kept} for e in res.episodes}}
 
 
 def load_start(args: argparse.Namespace) -> Any:
@@ -272,13 +310,6 @@ def build_start(args: argparse.Namespace, recipe: StartRecipe, steps: int, demos
     tmp.replace(folder)
 
 
-def eval_namespace(args: argparse.Namespace, task: str) -> argparse.Namespace:
-    """The namespace ``benchmarks/learning.py``'s evaluation helpers read."""
-    return argparse.Namespace(task=task, n_dev=args.n_dev, top_k=args.top_k, max_turns=args.max_turns,
-                              max_doc_chars=args.max_doc_chars, max_new_tokens=args.max_new_tokens,
-                              protocol="search-r1")
-
-
 def train_config(args: argparse.Namespace, task: str, arm: Arm, seed: int, run_dir: Path) -> tuple[Any, Any]:
     """``(config, train function)`` of one seed of an arm."""
     common = {"output_dir": str(run_dir), "task": task, "split": "train", "reward": dict(arm.reward),
@@ -299,13 +330,11 @@ def train_config(args: argparse.Namespace, task: str, arm: Arm, seed: int, run_d
 
 def run_one(args: argparse.Namespace, task: str, arm: Arm, seed: int) -> dict[str, Any]:
     """Train (or continue) one seed of an arm, evaluate it, cache and return its result."""
-    import learning
-
     key = run_key(args, task, arm, seed)
     path = args.out / f"{key}.json"
     if path.is_file():
         return dict(json.loads(path.read_text(encoding="utf-8")))
-    run_dir = args.out / key
+    run_dir = args.out / key.split("@")[0]  # an arm evaluated with another retriever shares the BM25 arm's run
     t0 = time.perf_counter()
     policy = load_start(args)
     steps, curve = 0, []
@@ -319,8 +348,8 @@ def run_one(args: argparse.Namespace, task: str, arm: Arm, seed: int) -> dict[st
         curve = read_metrics(run_dir)
     train_s = time.perf_counter() - t0
     policy.model.eval()
-    row = learning.evaluate_policy(policy, eval_namespace(args, task))
-    closed = closed_book_em(args, policy, task)
+    row = evaluate_run(args, greedy(args, policy), task, arm.retriever)
+    closed = evaluate_run(args, greedy(args, policy), task, "closed-book")["em"]
     result = {"key": key, "task": task, "trainer": arm.trainer, "reward": arm.reward, "options": arm.options,
               "seed": seed, "steps": steps, "train_seconds": train_s, "settings": settings(args, task),
               "train_em": sum(float(r.get("em", 0.0)) for r in curve) / len(curve) if curve else None,
@@ -336,27 +365,14 @@ def run_one(args: argparse.Namespace, task: str, arm: Arm, seed: int) -> dict[st
     return result
 
 
-def closed_book_em(args: argparse.Namespace, policy: Any, task: str) -> float:
-    """EM of the policy on the same dev questions with every search finding nothing (the closed-book control)."""
-    from agents.baselines import make_agent
-    from agents.evaluation.evaluate import evaluate
-
-    agent = make_agent("llm", policy=policy, max_new_tokens=args.max_new_tokens, temperature=0.0)
-    res = evaluate(agent, task=task, split="dev", n=args.n_dev, retriever="closed-book", top_k=args.top_k,
-                   max_turns=args.max_turns, env_kwargs={"max_doc_chars": args.max_doc_chars})
-    return float(res.row["em"])
-
-
 def heuristic(args: argparse.Namespace, task: str) -> dict[str, Any]:
     """The rule-based heuristic on the same dev questions and settings (cached)."""
-    import learning
     from agents.baselines import make_agent
 
     path = args.out / f"heuristic-{task}-{args.n_dev}-{args.top_k}-{args.max_turns}-{args.max_doc_chars}.json"
     if path.is_file():
         return dict(json.loads(path.read_text(encoding="utf-8")))
-    row = learning.evaluate_agent(make_agent("heuristic"), eval_namespace(args, task))
-    row.pop("examples", None)
+    row = evaluate_run(args, make_agent("heuristic"), task, "bm25")
     args.out.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(row, default=str), encoding="utf-8")

@@ -565,7 +565,9 @@ def report(args: argparse.Namespace) -> None:
             f"and is evaluated greedily on the first {args.n_dev} dev questions (BM25 top {args.top_k}, "
             f"{args.max_turns} turns, {args.max_doc_chars} characters a document). IQM and its interval: over "
             "seeds (stratified bootstrap, as rliable); P(A better): probability of improvement over seeds; the "
-            "paired interval: over questions, each averaged over the seeds. The verdict rule is "
+            "paired interval: over questions, each averaged over the seeds (for `train_em`, a statistic of the "
+            "training curve, it is the difference of the seed means with its bootstrap interval over seeds). The "
+            "verdict rule is "
             "`benchmarks/_seeds.py::verdict`, fixed before any run finished.", "", *head, "", *sections,
             f"Machine: {machine()['cpus']} CPUs ({', '.join(cpu_flags()) or 'no listed flags'}), load "
             f"{load[0]:.2f} when the report was written. Command: `python benchmarks/claims.py --claim NAME "

@@ -52,7 +52,8 @@ pre { white-space: pre-wrap; overflow-wrap: anywhere; background: var(--bg2); pa
 .doc .dtitle { font-weight: 600; } .doc .cut { color: var(--bad); font-style: italic; }
 .terms { font-size: 12px; color: var(--muted); font-family: ui-monospace, monospace; }
 .final { margin-top: 6px; padding-top: 6px; border-top: 1px solid var(--line); }
-.muted { color: var(--muted); } .err { color: var(--bad); white-space: pre-wrap; overflow-wrap: anywhere; }
+.label { font-weight: 600; } .muted { color: var(--muted); }
+.err { color: var(--bad); white-space: pre-wrap; overflow-wrap: anywhere; }
 img.curves { max-width: 100%; border: 1px solid var(--line); }
 """
 
@@ -249,12 +250,12 @@ _SCRIPT = r"""
     if (rec.error !== undefined && rec.error !== null) add(fin, el("div", "err", "episode failed: " + rec.error));
     const m = rec.metrics && typeof rec.metrics === "object" ? rec.metrics : {};
     const ans = add(fin, el("div"));
-    add(ans, el("b", null, "Answer: "));
+    add(ans, el("span", "label", "Answer: "));
     add(ans, el("span", null, rec.answer === null || rec.answer === undefined ? "(none)" : rec.answer));
     add(ans, el("span", ep.flags.wrong ? "badge bad" : "badge ok",
       "EM " + fmt(m.em, "{:.0f}") + " \u00b7 F1 " + fmt(m.f1, "{:.2f}")));
     const gold = add(fin, el("div"));
-    add(gold, el("b", null, "Gold: "));
+    add(gold, el("span", "label", "Gold: "));
     add(gold, el("span", null, (Array.isArray(rec.gold) ? rec.gold : []).join(" | ")));
     if (num(m.return) !== null) add(fin, el("div", "terms", "return " + fmt(m.return, "{:.3f}")));
     return box;

@@ -232,6 +232,22 @@ def test_a_training_run_gets_its_learning_curves(tmp_path: Path) -> None:
     assert data["curves"].startswith("data:image/png;base64,") and data["rows"] == []
 
 
+def test_a_bad_metrics_line_is_named(tmp_path: Path) -> None:
+    run = tmp_path / "sft"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text('{"step": 1, "loss": 2.0}\n{"step": 2, "loss": \n', encoding="utf-8")
+    result = _invoke(str(run))
+    assert result.exit_code == 2 and "metrics.jsonl:2" in " ".join(result.output.split()), result.output
+
+
+def test_a_link_in_place_of_results_is_refused(tmp_path: Path) -> None:
+    run = _two_agents(tmp_path)
+    (run / "results.json").rename(tmp_path / "results.json")
+    (run / "results.json").symlink_to(tmp_path / "results.json")
+    result = _invoke(str(run))
+    assert result.exit_code == 2 and "symbolic link" in result.output, result.output
+
+
 def test_eval_report_flag_writes_the_page(tmp_path: Path, qa_file: Path, corpus_file: Path) -> None:
     out = tmp_path / "ev"
     args = ["eval", "--agent", "oracle", "--agent", "heuristic", "--task", str(qa_file), "--corpus",

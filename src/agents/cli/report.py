@@ -8,6 +8,7 @@ Example::
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import tempfile
 from pathlib import Path
@@ -21,12 +22,29 @@ def curves_png(run_dir: Path) -> bytes | None:
 
     Seeds of one arm (sub-folders ``NAME-seed0``, ``NAME-seed1``, ...) are drawn as a band
     (:func:`agents.trainers.plot.plot_runs`).
+
+    Raises:
+        ReportError: Naming the file and line, for a ``metrics.jsonl`` line that is not JSON.
     """
     from agents.evaluation.report import training_dirs
 
     dirs, labels = training_dirs(run_dir)
     if not dirs:
         return None
+    from agents.evaluation.report import METRICS_NAME, ReportError
+    from searchenv.utils.jsonsafe import iter_jsonl
+
+    for folder in dirs:  # a line that is not JSON is named (file and line), not drawn around
+        try:
+            for _ in iter_jsonl(folder / METRICS_NAME):
+                pass
+        except ValueError as exc:
+            raise ReportError(str(exc)) from None
+    if importlib.util.find_spec("matplotlib") is None:  # it comes with the rl extra
+        if (run_dir / "results.json").exists():
+            return None  # the page goes without curves
+        raise ReportError(f"{run_dir} holds a training run; drawing its learning curves needs matplotlib "
+                          "(pip install 'searchenv[rl]')")
     from agents.trainers.plot import plot_runs
 
     fd, tmp = tempfile.mkstemp(prefix=".report-curves.", suffix=".png")
@@ -49,7 +67,8 @@ def write_page(run_dir: Path, out: Path | None, err: Any) -> Path:
     from agents.evaluation.report import ReportError, write_report
 
     try:
-        return write_report(run_dir, out, curves_png=curves_png(run_dir) if run_dir.is_dir() else None)
+        curves = curves_png(run_dir) if run_dir.is_dir() else None
+        return write_report(run_dir, out, curves_png=curves)
     except (ReportError, OSError) as exc:
         err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(code=2) from None

@@ -49,10 +49,10 @@ class ReportError(ValueError):
 def _read_results(run_dir: Path) -> list[dict[str, Any]]:
     """The rows of ``results.json``, checked field by field."""
     path = run_dir / RESULTS_NAME
-    refuse_link(path, "RUN_DIR")
     try:
+        refuse_link(path, "RUN_DIR")
         data = loads(path.read_bytes(), str(path))
-    except JSONInputError as exc:
+    except ValueError as exc:  # a link in its place, or JSON that cannot be read (naming file and line)
         raise ReportError(str(exc)) from None
     except OSError as exc:
         raise ReportError(f"{path}: cannot be read ({exc.strerror or exc})") from None

@@ -141,6 +141,7 @@ def test_hostile_text_is_only_embedded_escaped(tmp_path: Path) -> None:
     assert first["question"] == HOSTILE_QUESTION and HOSTILE_DOC in first["messages"][3]["content"]
     assert first["messages"][4]["content"] == HOSTILE_OUTPUT
     assert json.loads(embed_json({"x": "</script><!-- \u2028 &"})) == {"x": "</script><!-- \u2028 &"}
+    assert json.loads(embed_json({"x": [float("nan"), 1.5, {"y": float("inf")}]})) == {"x": [None, 1.5, {"y": None}]}
 
 
 def _invoke(*args: str) -> Any:
@@ -322,10 +323,15 @@ def test_the_page_works_in_a_browser(browser: Any, tmp_path: Path) -> None:
     assert page.locator(".episode").count() == 0  # drawn on demand
     page.locator(".group .head").first.click()
     assert page.locator(".episode").count() == 2  # both agents, side by side
+    page.locator(".group .head").nth(1).press("Enter")  # the keyboard opens one too
+    assert page.locator(".episode").count() == 4
+    page.locator(".group .head").nth(1).click()
+    assert page.locator(".episode").count() == 2
     text = page.inner_text(".group >> nth=0")
     assert "gold evidence" in text and "cut here" in text and "look up note 0" in text and "outcome" in text
-    page.screenshot(path=str(tmp_path / "report.png"))
-    assert (tmp_path / "report.png").stat().st_size > 0
+    shot = Path(os.environ.get("SEARCHENV_REPORT_SCREENSHOT") or tmp_path / "report.png")  # a picture for the docs
+    page.screenshot(path=str(shot))
+    assert shot.stat().st_size > 0
     assert errors == [] and dialogs == []
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import math
 import os
 import tempfile
 from collections.abc import Mapping
@@ -161,13 +162,28 @@ def embed_json(data: Any) -> str:
     r"""``data`` as JSON text that is safe inside ``<script type="application/json">``.
 
     ``<``, ``>`` and ``&`` are written as ``\u003c``/``\u003e``/``\u0026`` (and U+2028/U+2029 escaped), so
-    neither ``</script>`` nor ``<!--`` can appear in it; ``JSON.parse`` gives back the same value.
+    neither ``</script>`` nor ``<!--`` can appear in it; ``JSON.parse`` gives back the same value, except that a
+    NaN or infinite number (which JSON cannot hold) becomes null.
     """
-    text = json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    try:
+        text = json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except ValueError:  # a non-finite float somewhere: null in its place
+        text = json.dumps(_finite(data), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     for raw, esc in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"),
                      ("\u2029", "\\u2029")):
         text = text.replace(raw, esc)
     return text
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN or infinite float replaced by None (lists and dicts copied)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 def render(data: Mapping[str, Any]) -> str:

@@ -318,8 +318,15 @@ _SCRIPT = r"""
             (f.infra ? " infra" : "");
           add(head, el("span", "badge " + (f.infra ? "warn" : f.wrong ? "bad" : "ok"), label));
         });
+        head.tabIndex = 0;
+        head.setAttribute("role", "button");
+        head.setAttribute("aria-expanded", "false");
+        head.addEventListener("keydown", function (ev) {
+          if (ev.key === "Enter" || ev.key === " ") { ev.preventDefault(); head.click(); }
+        });
         let body = null;
         head.addEventListener("click", function () {
+          head.setAttribute("aria-expanded", body ? "false" : "true");
           if (body) { body.remove(); body = null; card.classList.remove("open"); return; }
           body = add(card, el("div", "side"));
           body.style.gridTemplateColumns = "repeat(" + g.eps.length + ", minmax(320px, 1fr))";

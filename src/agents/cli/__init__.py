@@ -35,3 +35,5 @@ def register(app: typer.Typer) -> None:
         ev.register(app)
     if (bench := _optional("agents.cli.bench")) is not None:
         bench.register(app)
+    if (report := _optional("agents.cli.report")) is not None:
+        report.register(app)

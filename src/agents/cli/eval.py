@@ -188,6 +188,10 @@ def eval_command(
         [], "--retriever-option",
         help="key=value for a retriever given as module:Class or by entry-point name (repeatable).",
     ),
+    report: bool = typer.Option(
+        False, "--report", help="Also write OUT/report.html: one self-contained page of the results and every "
+        "episode (searchenv report OUT).",
+    ),
     score_infra_errors: bool = typer.Option(
         False, "--score-infra-errors",
         help="Score episodes in which the retriever failed, and exit 0 (default: count them, leave them "
@@ -241,6 +245,8 @@ def eval_command(
     if decode not in DECODE_SETTINGS:
         raise typer.BadParameter(f"must be auto, static or dynamic, got {decode!r:.40}", param_hint="--decode")
     check_model_flags(model, model_url, served_model, api)
+    if report and out is None:
+        raise typer.BadParameter("the report page is written into the run folder: add --out DIR", param_hint="--report")
     if out is not None:  # before anything runs: nothing is written through a link under --out
         _refuse_links(out, [], err)
     policy: Any = None
@@ -334,6 +340,10 @@ def eval_command(
             err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
             raise typer.Exit(code=2) from None
         err.print(f"wrote {paths['json']} and {len(results)} transcript file(s) under {out / 'transcripts'}")
+        if report:
+            from agents.cli.report import write_page
+
+            err.print(f"wrote {write_page(out, None, err)}")
         if checkpoints is not None:
             for r in results:  # complete runs need their saved episodes no more
                 if not r.failures:

@@ -151,6 +151,8 @@ class EvalResult:
         config: Settings of the run (protocol, top_k, max_turns, seed, ...; ``resumed``: episodes
             read back from the checkpoint instead of run).
         failures: ``{"example_id", "error"}`` of each episode that failed (not scored).
+        evidence: The gold evidence document ids of each question that has some, by example id
+            (written beside its episode as ``evidence_ids``: the report page marks those documents).
     """
 
     agent: str
@@ -162,6 +164,7 @@ class EvalResult:
     seconds: float
     config: dict[str, Any] = field(default_factory=dict)
     failures: list[dict[str, str]] = field(default_factory=list)
+    evidence: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def scored_episodes(self) -> list[EpisodeResult]:
@@ -443,7 +446,8 @@ def evaluate(
     row["infra_errors"] = len(hit)
     row["infra_error_ids"] = hit
     shown_split = "file" if is_file else split
-    return EvalResult(name, ret_label, task_label, shown_split, row, finished, seconds, config, failures)
+    evidence = {ex.id: [str(d) for d in ex.evidence_ids] for ex in examples if ex.evidence_ids}
+    return EvalResult(name, ret_label, task_label, shown_split, row, finished, seconds, config, failures, evidence)
 
 
 def _searches(record: EpisodeResult, *, ok: bool) -> int:
@@ -577,7 +581,7 @@ def write_results(results: Sequence[EvalResult], out_dir: str | os.PathLike[str]
 
     Transcripts go to ``transcripts/<agent>__<retriever>.jsonl``: one line per episode with the
     example id, question, gold answers, final answer, chat messages, per-step reward terms and
-    the episode metrics.
+    the episode metrics, and the question's gold evidence document ids (``evidence_ids``) when it has some.
 
     Args:
         results: The runs.
@@ -598,7 +602,8 @@ def write_results(results: Sequence[EvalResult], out_dir: str | os.PathLike[str]
     for r in results:
         stem = run_stem(r.agent, r.retriever)
         path = out / "transcripts" / f"{stem}.jsonl"
-        atomic_write_lines(path, (json.dumps(ep.to_dict(), ensure_ascii=False) for ep in r.episodes))
+        atomic_write_lines(path, (json.dumps(_transcript_line(ep, r.evidence), ensure_ascii=False)
+                                  for ep in r.episodes))
         paths[f"transcripts/{stem}"] = path
         rows.append({**r.summary(), "transcripts": str(path.relative_to(out))})
     paths["json"] = out / "results.json"
@@ -606,3 +611,11 @@ def write_results(results: Sequence[EvalResult], out_dir: str | os.PathLike[str]
     paths["md"] = out / "results.md"
     atomic_write_lines(paths["md"], markdown_table(results).splitlines())
     return paths
+
+
+def _transcript_line(episode: EpisodeResult, evidence: Mapping[str, Sequence[str]]) -> dict[str, Any]:
+    """One transcript line: the episode, and its question's gold evidence ids when it has some."""
+    line = episode.to_dict()
+    if evidence.get(episode.example_id):
+        line["evidence_ids"] = list(evidence[episode.example_id])
+    return line

@@ -1,0 +1,258 @@
+r"""One self-contained HTML page for a run folder: ``searchenv report RUN_DIR`` -> ``RUN_DIR/report.html``.
+
+The page reads nothing from the network: its style and script are inline (:mod:`agents.evaluation.report_page`),
+pictures are ``data:`` URIs, and a Content-Security-Policy forbids every other source. It shows
+
+- the results table of ``results.json`` (``searchenv eval --out``), sortable, with an interval beside a
+  number where the row has one (``<key>_ci`` or ``intervals[<key>]``, a ``[low, high]`` pair);
+- every episode of ``transcripts/*.jsonl`` as a conversation, the agents side by side on each question:
+  thinking, queries, the documents that came back (gold evidence marked when the record lists
+  ``evidence_ids``, a document as long as the run's ``max_doc_chars`` marked as cut), the answer against the
+  gold answers, each turn's reward terms; filters for wrong answers, invalid turns and failed episodes
+  (infrastructure errors), and a search over questions;
+- for a training run, the learning curves as a picture (drawn by the caller, who passes the PNG bytes).
+
+The records travel as they were read, in one JSON blob inside ``<script type="application/json">`` with
+``<``, ``>`` and ``&`` written as ``\u003c`` escapes, so no text of a transcript can close the script
+element; the page's script builds every element with ``textContent``, so hostile text (HTML, script) in a
+question, a document or a model's output is shown as text and runs nothing. Episodes are drawn a page at a
+time, on demand, so a run of ten thousand episodes opens quickly.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import math
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from agents.evaluation.evaluate import COLUMNS, INFRA_COLUMN
+from agents.evaluation.report_page import PAGE
+from searchenv.utils.files import publishable, refuse_link
+from searchenv.utils.jsonsafe import JSONInputError, iter_jsonl, loads
+
+#: File name of the page inside the run folder.
+REPORT_NAME = "report.html"
+#: What ``searchenv eval --out`` and the trainers write, read by the page.
+RESULTS_NAME = "results.json"
+METRICS_NAME = "metrics.jsonl"
+
+
+class ReportError(ValueError):
+    """A run folder the page cannot be built from; the message names the file (line, field) and the reason."""
+
+
+def _read_results(run_dir: Path) -> list[dict[str, Any]]:
+    """The rows of ``results.json``, checked field by field."""
+    path = run_dir / RESULTS_NAME
+    try:
+        refuse_link(path, "RUN_DIR")
+        data = loads(path.read_bytes(), str(path))
+    except ValueError as exc:  # a link in its place, or JSON that cannot be read (naming file and line)
+        raise ReportError(str(exc)) from None
+    except OSError as exc:
+        raise ReportError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    rows = data.get("rows") if isinstance(data, dict) else None
+    if not isinstance(rows, list):
+        raise ReportError(f"{path}, field 'rows': expected a list of result rows (as searchenv eval --out writes), "
+                          f"got {type(rows).__name__ if isinstance(data, dict) else type(data).__name__}")
+    for i, row in enumerate(rows):
+        where = f"{path}, rows[{i}]"
+        if not isinstance(row, dict):
+            raise ReportError(f"{where}: expected an object, got {type(row).__name__}")
+        for key in ("agent", "retriever"):
+            if not isinstance(row.get(key), str):
+                raise ReportError(f"{where}, field '{key}': expected a string, got {row.get(key)!r:.60}")
+        if "transcripts" in row and not isinstance(row["transcripts"], str):
+            raise ReportError(f"{where}, field 'transcripts': expected a path relative to the run folder, "
+                              f"got {row['transcripts']!r:.60}")
+    return rows
+
+
+def _transcript_path(run_dir: Path, rel: str, where: str) -> Path:
+    """``rel`` under the run folder; a path leading out of it (absolute, ``..``, a link) is refused."""
+    path = run_dir / rel
+    if Path(rel).is_absolute() or ".." in Path(rel).parts:
+        raise ReportError(f"{where}, field 'transcripts': {rel!r} leads out of the run folder; the page reads only "
+                          "the run's own files")
+    for part in [path, *path.parents]:
+        if part == run_dir:
+            break
+        if part.is_symlink():
+            raise ReportError(f"{part} is a symbolic link; the page reads only the run's own files and follows no "
+                              "links")
+    if not path.is_file():
+        raise ReportError(f"{where}, field 'transcripts': {path} is not a file")
+    return path
+
+
+def _read_episodes(path: Path) -> list[dict[str, Any]]:
+    """The records of one transcript file, each checked to be an episode object."""
+    out: list[dict[str, Any]] = []
+    try:
+        for where, record in iter_jsonl(path):
+            if not isinstance(record, dict):
+                raise ReportError(f"{where}: expected an episode object, got {type(record).__name__}")
+            for key, kind in (("example_id", str), ("question", str), ("messages", list), ("steps", list)):
+                if not isinstance(record.get(key), kind):
+                    raise ReportError(f"{where}, field '{key}': expected a {kind.__name__}, got "
+                                      f"{record.get(key)!r:.60}")
+            out.append(record)
+    except JSONInputError as exc:
+        raise ReportError(str(exc)) from None
+    except OSError as exc:
+        raise ReportError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    return out
+
+
+def collect(run_dir: str | os.PathLike[str], *, curves_png: bytes | None = None) -> dict[str, Any]:
+    """Everything the page shows, as the JSON object it embeds.
+
+    Args:
+        run_dir: A run folder: ``results.json`` with ``transcripts/`` (``searchenv eval --out``), and/or
+            ``metrics.jsonl`` (a training run).
+        curves_png: The learning curves as PNG bytes (embedded as a ``data:`` URI), or None.
+
+    Returns:
+        ``title``, ``columns`` ((key, title, format) of the results table), ``rows`` (``results.json`` rows),
+        ``runs`` (per row: ``agent``, ``retriever``, ``file``, ``max_doc_chars`` and its ``episodes``, the
+        transcript records as read), ``curves`` (a ``data:`` URI or None).
+
+    Raises:
+        ReportError: Naming the file (and line, field) that is missing or not what the writers write.
+    """
+    root = Path(run_dir)
+    if not root.is_dir():
+        raise ReportError(f"{root} is not a folder; give the folder of a run (searchenv eval --out, or a training "
+                          "run's folder)")
+    has_results = (root / RESULTS_NAME).exists() or (root / RESULTS_NAME).is_symlink()
+    if not has_results and curves_png is None:
+        raise ReportError(f"{root / RESULTS_NAME} not found (searchenv eval --out DIR writes it), and the folder holds "
+                          f"no {METRICS_NAME} of a training run: nothing to show")
+    rows = _read_results(root) if has_results else []
+    runs = []
+    for i, row in enumerate(rows):
+        rel = row.get("transcripts")
+        episodes: list[dict[str, Any]] = []
+        file = None
+        if rel is not None:
+            path = _transcript_path(root, rel, f"{root / RESULTS_NAME}, rows[{i}]")
+            episodes = _read_episodes(path)
+            file = rel
+        config = row["config"] if isinstance(row.get("config"), dict) else {}
+        runs.append({"agent": row["agent"], "retriever": row["retriever"], "file": file,
+                     "max_doc_chars": config.get("max_doc_chars"), "episodes": episodes})
+    columns = list(COLUMNS) + ([INFRA_COLUMN] if any(r.get("infra_errors") for r in rows) else [])
+    task = next((f"{r['task']} / {r.get('split')}" for r in rows if r.get("task")), None)
+    return {
+        "title": f"{root.resolve().name}" + (f": {task}" if task else ""),
+        "columns": [list(c) for c in columns],
+        "rows": rows,
+        "runs": runs,
+        "curves": None if curves_png is None else "data:image/png;base64," + base64.b64encode(curves_png).decode(),
+    }
+
+
+def embed_json(data: Any) -> str:
+    r"""``data`` as JSON text that is safe inside ``<script type="application/json">``.
+
+    ``<``, ``>`` and ``&`` are written as ``\u003c``/``\u003e``/``\u0026`` (and U+2028/U+2029 escaped), so
+    neither ``</script>`` nor ``<!--`` can appear in it; ``JSON.parse`` gives back the same value, except that a
+    NaN or infinite number (which JSON cannot hold) becomes null.
+    """
+    try:
+        text = json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except ValueError:  # a non-finite float somewhere: null in its place
+        text = json.dumps(_finite(data), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    for raw, esc in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"),
+                     ("\u2029", "\\u2029")):
+        text = text.replace(raw, esc)
+    return text
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN or infinite float replaced by None (lists and dicts copied)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def render(data: Mapping[str, Any]) -> str:
+    """The page's HTML for :func:`collect`'s object."""
+    head, rest = PAGE.split("%%TITLE%%", 1)
+    middle, tail = rest.split("%%DATA%%", 1)  # one pass: neither filling is searched for the other's mark
+    return head + html.escape(str(data.get("title", "run report"))) + middle + embed_json(data) + tail
+
+
+def read_embedded(page: str) -> Any:
+    """The JSON object a page embeds (the inverse of :func:`render`, for tests and tools).
+
+    Raises:
+        ReportError: If the page holds no embedded data.
+    """
+    start_tag = '<script type="application/json" id="report-data">'
+    start = page.find(start_tag)
+    end = page.find("</script>", start + len(start_tag)) if start >= 0 else -1
+    if start < 0 or end < 0:
+        raise ReportError("the page holds no embedded report data")
+    return json.loads(page[start + len(start_tag):end])
+
+
+def write_report(run_dir: str | os.PathLike[str], out: str | os.PathLike[str] | None = None, *,
+                 curves_png: bytes | None = None) -> Path:
+    """Build the page of a run folder and write it atomically (a temporary file, then a rename).
+
+    Args:
+        run_dir: The run folder (:func:`collect`).
+        out: The HTML file (default ``RUN_DIR/report.html``).
+        curves_png: Learning curves to embed, as PNG bytes.
+
+    Returns:
+        The written path.
+
+    Raises:
+        ReportError: For a run folder the page cannot be built from, or an ``out`` that is a symbolic link.
+    """
+    data = collect(run_dir, curves_png=curves_png)
+    target = Path(out) if out is not None else Path(run_dir) / REPORT_NAME
+    try:
+        refuse_link(target, "--out")
+    except ValueError as exc:
+        raise ReportError(str(exc)) from None
+    page = render(data)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(page)
+        publishable(tmp)
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return target
+
+
+def training_dirs(run_dir: str | os.PathLike[str]) -> tuple[list[Path], list[str]]:
+    """The training runs a folder holds, and their legend labels, for the learning curves.
+
+    The folder itself when it has ``metrics.jsonl``; else its sub-folders that have one, labelled by name without
+    a trailing ``seed<N>`` (``grpo-seed0`` and ``grpo-seed1`` are seeds of one arm, drawn as a band).
+    """
+    import re
+
+    root = Path(run_dir)
+    if (root / METRICS_NAME).is_file():
+        return [root], [root.resolve().name]
+    subs = sorted(p for p in root.iterdir() if p.is_dir() and (p / METRICS_NAME).is_file()) if root.is_dir() else []
+    return subs, [re.sub(r"[-_.]?seed[-_]?\d+$", "", p.name) or p.name for p in subs]
+

@@ -26,12 +26,13 @@ def serve_openenv(
         typer.Option(help="LOW HIGH of a step's reward, for a reward whose range is not computed "
                           "(the published ones)."),
     ] = None,
-    top_k: Annotated[int, typer.Option(min=1)] = 3,
+    top_k: Annotated[int, typer.Option(help="Documents per search (1 to 100).", min=1, max=100)] = 3,
     max_turns: Annotated[int, typer.Option(min=1)] = 4,
     max_doc_chars: Annotated[int, typer.Option(min=1)] = 1500,
     max_sessions: Annotated[int, typer.Option(help="Most sessions at once; more are refused.", min=1)] = 64,
     idle_timeout: Annotated[float, typer.Option(
-        help="Seconds a session may go without a message before it is closed and reclaimed.", min=0.01)] = 300.0,
+        help="Seconds a session may go without a message before it is closed and reclaimed (1 to 86400).",
+        min=1.0, max=86400.0)] = 300.0,
     host: Annotated[str, typer.Option(help="Interface to bind; 0.0.0.0 exposes the server to the network.")] = (
         "127.0.0.1"
     ),

@@ -38,7 +38,8 @@ def step_reward_range(reward: Reward, protocol: ActionProtocol) -> tuple[float, 
     """
     if not isinstance(reward, WeightedReward):
         raise ValueError(f"cannot bound the steps of reward {type(reward).__name__}: declare its range "
-                         "yourself (searchenv serve-openenv --reward-range LOW HIGH)")
+                         "yourself (searchenv serve-openenv --reward-range LOW HIGH, or "
+                         "SEARCHQA_REWARD_RANGE=LOW,HIGH for the packaged app)")
     low = high = 0.0
     for name, (weight, params) in reward.terms.items():
         a, b = _term_bounds(name, params, protocol)

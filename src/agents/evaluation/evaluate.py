@@ -361,7 +361,13 @@ def evaluate(
         episode_log = EpisodeLog(Path(checkpoint_dir) / f"{run_stem(name, ret_label)}.jsonl", settings)
         # the protocol the environment reads the turns with (as run_agent builds it); a pipeline has none
         read_by = None if isinstance(agent, Pipeline) else agent.adapt_protocol(get_protocol(protocol))
-        saved = check_saved(episode_log.load(), examples, episode_log.path, episode_log.lines, read_by)
+        loaded = episode_log.load()
+        replay_env = None
+        if read_by is not None and loaded:  # the saved turns are played again in the run's environment
+            turns_cap = max_turns if agent.max_turns is None else min(max_turns, agent.max_turns)
+            replay_env = SearchQAEnv(list(examples), retriever=ret, protocol=read_by, top_k=top_k,
+                                     max_turns=turns_cap, reward=reward, **dict(env_kwargs or {}))
+        saved = check_saved(loaded, examples, episode_log.path, episode_log.lines, read_by, replay_env)
         if saved and log is not None:
             log(f"resuming {name} / {ret_label} from {len(saved)} saved episodes ({episode_log.path})")
     todo = [i for i in range(len(examples)) if i not in saved]

@@ -1,11 +1,16 @@
 """``serve-openenv``'s settings, readiness and session limits (run in .venv-openenv by test_openenv.py).
 
 Settings are checked when the server starts, with the variable or option named; ``/health`` answers
-503 while the retriever cannot answer a search.
+503 while the retriever cannot answer a search; sessions made over HTTP and abandoned cannot lock the
+server: a full server ends those past the idle timeout at once, then takes the idlest abandoned one,
+or says how long to wait.
 """
 
 from __future__ import annotations
 
+import json
+import re
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -15,6 +20,7 @@ from starlette.testclient import TestClient
 from tests.conftest import DOCS, EXAMPLES
 
 import searchenv.integrations.openenv as served
+import searchenv.integrations.openenv_sessions as sessions
 from searchenv.integrations.openenv import SearchQAService, app_from_environ, create_app, settings_from_environ
 from searchenv.retrievers import RetrieverError
 from searchenv.retrievers.base import Hit
@@ -109,3 +115,50 @@ def test_the_packaged_app_over_a_dead_retrieval_server_is_unhealthy(world: dict[
     with TestClient(app, base_url=BASE) as client:
         answer = client.get("/health")
         assert answer.status_code == 503 and answer.json()["status"] == "unhealthy", answer.text
+
+
+def _create(client: TestClient, request_id: int = 1) -> dict[str, Any]:
+    return dict(client.post("/mcp", json={"jsonrpc": "2.0", "method": "openenv/session/create", "params": {},
+                                          "id": request_id}).json())
+
+
+def _tools(client: TestClient, session_id: str) -> dict[str, Any]:
+    return dict(client.post("/mcp", json={"jsonrpc": "2.0", "method": "tools/list",
+                                          "params": {"session_id": session_id}, "id": 9}).json())
+
+
+def test_abandoned_http_sessions_make_room_for_a_newcomer(world: dict[str, Path],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sessions made over HTTP and never closed: a full server says how long to wait, then takes the idlest."""
+    monkeypatch.setattr(sessions, "ABANDONED_AFTER_S", 1.5)
+    service = SearchQAService(world["qa"], retriever=BM25Retriever.load(world["index"]), split="test")
+    with TestClient(create_app(service, max_sessions=3, idle_timeout=60), base_url=BASE) as client:
+        made = [_create(client, i)["result"]["session_id"] for i in range(3)]
+        time.sleep(0.5)
+        assert "tools" in _tools(client, made[0])["result"]  # made[0] is in use: made[1] is now the idlest
+        refused = _create(client)
+        assert "Server at capacity: 3/3" in refused["error"]["message"], refused
+        assert re.search(r"may be closed in [01] s \(retry then\)", refused["error"]["message"]), refused
+        with client.websocket_connect("ws://127.0.0.1:8000/ws") as ws:  # a WebSocket is told the same
+            ws.send_text(json.dumps({"type": "reset", "data": {"seed": 1}}))
+            out = json.loads(ws.receive_text())
+            assert out["data"]["code"] == "CAPACITY_REACHED" and "retry then" in out["data"]["message"]
+        time.sleep(1.2)
+        with client.websocket_connect("ws://127.0.0.1:8000/ws") as ws:  # room made: the idlest HTTP session closed
+            ws.send_text(json.dumps({"type": "reset", "data": {"seed": 1}}))
+            assert json.loads(ws.receive_text())["type"] == "observation"
+            assert "Unknown session_id" in _tools(client, made[1])["error"]["message"]
+            assert "tools" in _tools(client, made[0])["result"] and "tools" in _tools(client, made[2])["result"]
+
+
+def test_an_http_session_idle_past_the_timeout_is_gone_when_a_newcomer_needs_room(
+        world: dict[str, Path]) -> None:
+    """Not a reaper's round later: the idle timeout is the WebSocket's, and a full server ends them at once."""
+    service = SearchQAService(world["qa"], retriever=BM25Retriever.load(world["index"]), split="test")
+    with TestClient(create_app(service, max_sessions=2, idle_timeout=1.0), base_url=BASE) as client:
+        made = [_create(client, i)["result"]["session_id"] for i in range(2)]
+        time.sleep(1.2)  # past the timeout, before OpenEnv's reaper looks (every 5 s at the least)
+        fresh = _create(client)
+        assert "result" in fresh, fresh
+        assert all("Unknown session_id" in _tools(client, sid)["error"]["message"] for sid in made)
+        assert "tools" in _tools(client, fresh["result"]["session_id"])["result"]

@@ -45,7 +45,6 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from openenv.core.env_server.http_server import create_fastapi_app
 from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.mcp_types import (
     CallToolAction,
@@ -59,8 +58,9 @@ from pydantic import Field
 from starlette.exceptions import HTTPException
 
 from searchenv.env import SearchQAEnv
-from searchenv.info import client_info
-from searchenv.integrations.openenv_manifest import check_range, step_reward_range
+from searchenv.info import check_mode, client_info, client_reward
+from searchenv.integrations.openenv_manifest import check_range, episode_reward_range, step_reward_range
+from searchenv.integrations.openenv_sessions import TRANSPORT, SessionServer
 from searchenv.make import check_evidence, resolve_task, shared_retriever
 from searchenv.protocols.registry import protocol_names
 from searchenv.protocols.tools import tool_turn_text
@@ -137,6 +137,8 @@ class SearchQAService:
             with :func:`~searchenv.protocols.register_protocol`.
         reward: A preset name or ``{term: weight}``.
         reward_range: The declared range of a step's reward (default: :func:`step_reward_range`).
+        mode: ``training`` (every step's reward and terms) or ``evaluation`` (no reward, term or metric
+            before the episode ends; the last observation carries the return): :data:`searchenv.info.MODES`.
         **env_kwargs: ``top_k`` (within :data:`TOP_K_BOUNDS`), ``max_turns``, ``max_doc_chars``,
             ``max_turn_chars`` ... for :class:`~searchenv.env.SearchQAEnv`.
 
@@ -148,7 +150,8 @@ class SearchQAService:
     def __init__(self, task: str | os.PathLike[str], *, retriever: str | os.PathLike[str] | Retriever,
                  corpus: str | os.PathLike[str] | None = None, split: str = "train", protocol: str = "tools",
                  reward: str | Mapping[str, float] = "default", reward_range: Sequence[float] | None = None,
-                 **env_kwargs: Any) -> None:
+                 mode: str = "training", **env_kwargs: Any) -> None:
+        self.mode = check_mode(mode)
         tool_calls = protocol_names(native_tools=True)  # each call is a turn: any tool-call protocol serves
         if protocol not in tool_calls:
             raise ValueError(f"protocol must be one of {', '.join(tool_calls)} (tool calls), got {protocol!r}")
@@ -182,8 +185,11 @@ class SearchQAService:
         self.env_kwargs = {"protocol": protocol, "reward": reward, **env_kwargs}
         probe = SearchQAEnv(self.splits[split], retriever=self.retriever, **self.env_kwargs)
         self.tools = probe.protocol.tools
-        self.reward_range = (check_range(reward_range) if reward_range is not None
-                             else step_reward_range(get_reward(reward), probe.protocol))
+        #: The range of a reward a client is sent: a step's in training mode, an episode's in evaluation mode.
+        self.step_range = (check_range(reward_range) if reward_range is not None
+                           else step_reward_range(get_reward(reward), probe.protocol))
+        self.reward_range = (self.step_range if self.mode == "training"
+                             else episode_reward_range(self.step_range, probe.max_turns))
         self._free: dict[str, list[SearchQAEnv]] = {name: [probe] if name == split else [] for name in self.splits}
         self._lock = threading.Lock()
 
@@ -322,9 +328,10 @@ class SearchQAEnvironment(Environment):
         new = env.messages()[before:]
         reply = new[-1]["content"] if len(new) > 1 else info["new_text"]
         done = bool(terminated or truncated)
+        shown, terms = client_reward(float(reward), info, done=done, mode=self.service.mode)
         return SearchQAObservation(tool_name=writable(action.tool_name), result=reply, done=done,
-                                   reward=float(reward), reward_terms=dict(info["reward_terms"]),
-                                   messages=_json_safe(new), metadata=_json_safe(client_info(info, done=done)))
+                                   reward=shown, reward_terms=terms, messages=_json_safe(new),
+                                   metadata=_json_safe(client_info(info, done=done, mode=self.service.mode)))
 
     @property
     def state(self) -> SearchQAState:
@@ -338,11 +345,14 @@ class SearchQAEnvironment(Environment):
     def get_metadata(self) -> EnvironmentMetadata:
         """Name, description and version for ``/metadata``."""
         low, high = self.service.reward_range
+        shown = ("a step's reward lies in" if self.service.mode == "training" else
+                 "no reward, reward term or metric before the episode ends; the last observation's reward, the "
+                 "episode's return, lies in")
         return EnvironmentMetadata(
             name="SearchQA-v0", version="0",
             description=(f"Answer a question by searching a corpus with tool calls "
                          f"({', '.join(t['function']['name'] for t in self.service.tools)}); task "
-                         f"{self.service.task}; a step's reward lies in [{low}, {high}]."))
+                         f"{self.service.task}; mode: {self.service.mode} ({shown} [{low}, {high}])."))
 
     def close(self) -> None:
         """Hand the session's environment back to the pool."""
@@ -431,6 +441,7 @@ class _Guard:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
+        TRANSPORT.set(scope["type"])
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         problem = self._refusal(scope, headers)
         if scope["type"] == "websocket":
@@ -587,7 +598,9 @@ def create_app(service: SearchQAService, *, max_sessions: int = 64, idle_timeout
 
     Args:
         service: The shared questions and retriever.
-        max_sessions: Most sessions at once; one more is refused with OpenEnv's ``CAPACITY_REACHED``.
+        max_sessions: Most sessions at once; one more takes the place of the longest-idle abandoned
+            session made over HTTP, or is refused with OpenEnv's ``CAPACITY_REACHED`` saying how long to
+            wait (:class:`~searchenv.integrations.openenv_sessions.SessionServer`).
         idle_timeout: Seconds a session may go without a message before it is closed and reclaimed
             (within :data:`IDLE_TIMEOUT_BOUNDS`).
         token: Bearer token required on every route (at least
@@ -607,12 +620,18 @@ def create_app(service: SearchQAService, *, max_sessions: int = 64, idle_timeout
     low, high = IDLE_TIMEOUT_BOUNDS
     if isinstance(idle_timeout, bool) or not isinstance(idle_timeout, int | float) or not low <= idle_timeout <= high:
         raise ValueError(f"idle_timeout must be a number of seconds in [{low:g}, {high:g}], got {idle_timeout!r}")
+    from fastapi import FastAPI
+
     factory = functools.partial(SearchQAEnvironment, service)
-    app = create_fastapi_app(
+    # what openenv's create_fastapi_app builds, with the server that makes room for new sessions
+    app = FastAPI(title="OpenEnv Environment HTTP API", version="1.0.0", docs_url="/docs", redoc_url="/redoc",
+                  openapi_url="/openapi.json")
+    server = SessionServer(
         factory, CallToolAction, SearchQAObservation,
         concurrency_config=ConcurrencyConfig(max_concurrent_envs=max_sessions, session_timeout=idle_timeout),
-        env_name=ENV_NAME, state_cls=SearchQAState, mode="production",
-        reset_observation_cls=SearchQAResetObservation)
+        env_name=ENV_NAME, state_cls=SearchQAState, reset_observation_cls=SearchQAResetObservation,
+        idle_timeout=float(idle_timeout))
+    server.register_routes(app, mode="production")
     return _Guard(app, token=token, allowed_hosts=allowed_hosts, max_body_bytes=max_body_bytes,
                   idle_timeout=idle_timeout, ready=service.readiness)
 
@@ -642,6 +661,7 @@ ENVIRONMENT_VARIABLES: dict[str, tuple[str, str]] = {
     "SEARCHQA_PROTOCOL": ("protocol", "tools"),
     "SEARCHQA_REWARD": ("reward", "default"),
     "SEARCHQA_REWARD_RANGE": ("reward_range", ""),
+    "SEARCHQA_MODE": ("mode", "training"),
     "SEARCHQA_TOP_K": ("top_k", "3"),
     "SEARCHQA_MAX_TURNS": ("max_turns", "4"),
     "SEARCHQA_MAX_DOC_CHARS": ("max_doc_chars", "1500"),
@@ -682,6 +702,10 @@ def settings_from_environ(environ: Mapping[str, str] | None = None) -> dict[str,
             raise ValueError(f"{name} must lie in [{low:g}, {high:g}], got {got[setting]!r}")
         got[setting] = value
     got["corpus"] = got["corpus"] or None
+    try:
+        check_mode(got["mode"])
+    except ValueError as exc:
+        raise ValueError(f"SEARCHQA_MODE: {exc}") from None
     got["token"] = check_server_token(got["token"], "SEARCHENV_TOKEN") if got["token"] else None
     got["allowed_hosts"] = [h.strip() for h in got["allowed_hosts"].split(",") if h.strip()]
     given = got["reward_range"].strip()
@@ -710,7 +734,7 @@ def app_from_environ(environ: Mapping[str, str] | None = None) -> Any:
     s = settings_from_environ(environ)
     service = SearchQAService(s["task"], retriever=s["index"], corpus=s["corpus"], split=s["split"],
                               protocol=s["protocol"], reward=s["reward"], reward_range=s["reward_range"],
-                              top_k=s["top_k"],
+                              mode=s["mode"], top_k=s["top_k"],
                               max_turns=s["max_turns"], max_doc_chars=s["max_doc_chars"])
     return create_app(service, max_sessions=s["max_sessions"], idle_timeout=s["idle_timeout"], token=s["token"],
                       allowed_hosts=[*DEFAULT_ALLOWED_HOSTS, *s["allowed_hosts"]])

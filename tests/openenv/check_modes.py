@@ -161,3 +161,29 @@ def test_an_evaluation_server_passes_openenvs_validator_and_shows_nothing_over_t
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_over_post_mcp_an_evaluation_session_shows_no_reward_before_the_end(world: dict[str, Path]) -> None:
+    service = SearchQAService(world["qa"], retriever=BM25Retriever.load(world["index"]), split="test",
+                              reward="process", mode="evaluation")
+    example = EXAMPLES[1]
+
+    def rpc(client: TestClient, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        answer = client.post("/mcp", json={"jsonrpc": "2.0", "method": method, "params": params, "id": 1}).json()
+        assert "result" in answer, answer
+        return dict(answer["result"])
+
+    with TestClient(create_app(service), base_url=BASE) as client:
+        session = rpc(client, "openenv/session/create", {})["session_id"]
+        with client.websocket_connect(f"ws://127.0.0.1:8000/ws?session_id={session}") as ws:
+            ws.send_text(json.dumps({"type": "reset", "data": {"example_id": example.id}}))
+            assert json.loads(ws.receive_text())["type"] == "observation"
+        searched = rpc(client, "tools/call", {"session_id": session, "name": "search",
+                                              "arguments": {"query": example.question}})
+        text = json.dumps(searched)
+        assert searched.get("reward") is None, text[:2000]
+        assert '"reward_terms": {}' in text or "reward_terms" not in text, text[:2000]
+        assert "relevance" not in text and '"em"' not in text, text[:2000]
+        answered = rpc(client, "tools/call", {"session_id": session, "name": "answer",
+                                              "arguments": {"answer": example.answers[0]}})
+        assert "relevance" in json.dumps(answered)  # the episode's terms, at the end

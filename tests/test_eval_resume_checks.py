@@ -326,3 +326,27 @@ def test_an_untouched_run_of_any_protocol_and_reward_replays_to_its_saved_reward
     again = evaluate(agent, **args)
     assert again.config["resumed"] == len(QUESTIONS) - first.row["failed"]
     assert [e.metrics for e in again.episodes] == [e.metrics for e in first.episodes]
+
+
+def test_resume_with_a_retriever_that_fails_now_says_so_instead_of_blaming_the_file(run: dict[str, Path]) -> None:
+    from searchenv.retrievers.base import RetrieverError
+    from searchenv.retrievers.bm25 import RankBM25Retriever
+
+    class Switchable:
+        def __init__(self) -> None:
+            self.inner, self.down = RankBM25Retriever(DOCS), False
+
+        def search_batch(self, queries: list[str], k: int) -> Any:
+            if self.down:
+                raise RetrieverError("connection refused")
+            return self.inner.search_batch(queries, k)
+
+    retriever = Switchable()
+    args = {"task": str(run["qa"]), "corpus": str(run["corpus"]), "retriever": retriever, "top_k": 1,
+            "batch_size": 2, "checkpoint_dir": run["ck"] / "switch", "retriever_label": "switch"}
+    evaluate("oracle", **args)
+    retriever.down = True
+    with pytest.raises(RetrieverError, match=r"line 2, field 'steps\[0\]': cannot play the saved turns again to "
+                                             r"check their rewards: the retriever failed \(RetrieverError: "
+                                             r"connection refused\); resume when it answers"):
+        evaluate("oracle", **args)

@@ -273,6 +273,7 @@ def replay(episode: EpisodeResult, env: SearchQAEnv, where: str) -> float:
     Raises:
         ValueError: Naming the file, line and field of the first step whose saved reward, reward
             terms or kind disagree with the replay, or saved turns that do not make the saved steps.
+        RetrieverError: If the retriever fails on a search it answered when the episode was saved.
     """
     turns = assistant_turns(episode.messages, env.protocol, where)
     steps = episode.steps
@@ -291,6 +292,10 @@ def replay(episode: EpisodeResult, env: SearchQAEnv, where: str) -> float:
         if request.queries:
             hits = (RetrieverError("saved as a retriever failure") if saved.get("infra_error")
                     else search_or_error(env.retriever, request.queries, env.top_k))
+        if isinstance(hits, Exception) and not saved.get("infra_error"):
+            raise RetrieverError(f"{where}, field 'steps[{i}]': cannot play the saved turns again to check their "
+                                 f"rewards: the retriever failed ({type(hits).__name__}: {str(hits)[:300]}); "
+                                 "resume when it answers")
         _, reward, _, _, info = env.finish_step(request, hits)
         if info["action_type"] != saved.get("action_type"):
             raise ValueError(f"{where}, field 'steps[{i}].action_type': saved {saved.get('action_type')!r}, but "

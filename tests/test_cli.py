@@ -86,7 +86,7 @@ def test_index_of_an_empty_corpus_names_the_file(tmp_path, text: str) -> None:
     corpus.write_text(text)
     res = runner.invoke(get_app(), ["index", "--corpus", str(corpus), "--out", str(tmp_path / "idx")])
     assert res.exit_code == 2
-    assert f"error: {corpus}: the corpus holds no document" in " ".join(res.output.split()), res.output
+    assert f"error: {corpus}: cannot build an index over an empty corpus" in " ".join(res.output.split()), res.output
     assert not (tmp_path / "idx").exists()
 
 

@@ -53,7 +53,7 @@ def build_index(
     from searchenv.corpus import iter_corpus, read_corpus
 
     if next(iter_corpus(corpus), None) is None:  # the first document read (and the file closed), or none
-        raise ValueError(f"{corpus}: the corpus holds no document (the file is empty or blank): nothing to index")
+        raise ValueError(f"{corpus}: cannot build an index over an empty corpus (the file holds no document)")
     shards = options.pop("shards", None)
     if shards not in (None, 1):
         from searchenv.retrievers.sharded import build_sharded

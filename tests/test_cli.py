@@ -93,3 +93,30 @@ def test_train_help_still_lists_the_config_fields() -> None:
     result = CliRunner().invoke(get_app(), ["train", "grpo", "--help"])
     assert result.exit_code == 0
     assert "group_size (default 4)" in result.output
+
+
+@pytest.mark.parametrize("text", ["", "\n\n  \n"])
+def test_index_of_an_empty_corpus_names_the_file(tmp_path, text: str) -> None:
+    corpus = tmp_path / "empty.jsonl"
+    corpus.write_text(text)
+    res = runner.invoke(get_app(), ["index", "--corpus", str(corpus), "--out", str(tmp_path / "idx")])
+    assert res.exit_code == 2
+    assert f"error: {corpus}: cannot build an index over an empty corpus" in " ".join(res.output.split()), res.output
+    assert not (tmp_path / "idx").exists()
+
+
+def test_convert_names_the_line_and_field_of_json_nested_too_deeply(tmp_path) -> None:
+    """One JSON document over several lines (an array in a .jsonl file): the line and the field, not just the file."""
+    deep = "[" * 5000 + "]" * 5000
+    src = tmp_path / "X.jsonl"
+    src.write_text('[{"id": "q1", "question": "Who?", "golden_answers": ["A"]},\n'
+                   '{"id": "q2", "question": "Who?", "golden_answers": ["A"], "metadata": {"extra": ' + deep + "}}]\n")
+    res = runner.invoke(get_app(), ["convert", str(src), "--format", "flashrag", "--out-qa", str(tmp_path / "o")])
+    message = " ".join(res.output.split())
+    assert res.exit_code != 0 and f"{src}: JSON nested too deeply" in message, res.output
+    assert "line 2 column" in message and "in field '[1].metadata.extra[0][0]" in message, res.output
+    lines = tmp_path / "Y.jsonl"
+    lines.write_text('{"id": "q1", "question": "Who?", "golden_answers": ["A"]}\n{"id": "q2", "extra": ' + deep + "}\n")
+    res = runner.invoke(get_app(), ["convert", str(lines), "--format", "flashrag", "--out-qa", str(tmp_path / "o")])
+    message = " ".join(res.output.split())
+    assert f"{lines}:2: JSON nested too deeply" in message and "in field 'extra[0]" in message, res.output

@@ -193,3 +193,16 @@ def test_the_flags_that_turn_off_each_part_of_the_cuda_path_are_accepted(tmp_pat
     assert result.exit_code == 0, result.output
     [row] = json.loads((out / "results.json").read_text())["rows"]
     assert row["config"]["batch_size"] == 32 and row["n"] == 2
+
+
+def test_a_question_too_long_is_refused_naming_file_line_example_and_field(tmp_path: Path, corpus_file: Path) -> None:
+    qa = tmp_path / "qa.jsonl"
+    big = EXAMPLES[1].to_flashrag() | {"question": "x" * (10 * 1024 * 1024)}
+    qa.write_text("\n".join(json.dumps(r) for r in (EXAMPLES[0].to_flashrag(), big)) + "\n")
+    args = ["eval", "--agent", "oracle", "--task", str(qa), "--corpus", str(corpus_file), "--retriever", "bm25",
+            "--n", "2", "--out", str(tmp_path / "run")]
+    result = CliRunner().invoke(get_app(), args)
+    message = " ".join(result.output.split())
+    assert result.exit_code == 2
+    assert (f"error: {qa}:2: example '{EXAMPLES[1].id}': field 'question' has 10485760 characters, over "
+            "max_question_chars=2000") in message, result.output

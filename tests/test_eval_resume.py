@@ -133,6 +133,12 @@ def _results(out: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     return row, [json.loads(x) for x in lines]
 
 
+def _usage(out: Path) -> dict[str, float]:
+    """The requests and tokens ``results.json`` reports the model server was asked for."""
+    [row] = json.loads((out / "results.json").read_text())["rows"]
+    return {k: row["config"]["model_usage"][k] for k in ("requests", "prompt_tokens", "completion_tokens")}
+
+
 @pytest.mark.slow
 def test_an_evaluation_killed_half_way_continues_from_its_saved_episodes(
     stand_in: tuple[str, type[StandIn]], files: tuple[Path, Path], tmp_path: Path
@@ -171,6 +177,9 @@ def test_an_evaluation_killed_half_way_continues_from_its_saved_episodes(
     assert sorted(handler.questions) == [q.question for q in QUESTIONS[4:]]  # only the rest was asked
     assert _results(out) == _results(tmp_path / "whole")
     assert not saved.exists()  # a complete run leaves no checkpoint
+    # the model usage adds up over both processes (the killed batch's requests went with it)
+    assert _usage(out) == _usage(tmp_path / "whole") == {"requests": 8, "prompt_tokens": 400,
+                                                         "completion_tokens": 48}
 
 
 @pytest.mark.slow
@@ -270,3 +279,24 @@ def test_the_episode_log_drops_a_torn_last_line_and_names_bad_lines(tmp_path: Pa
         f.write('{"position": -1, "episode": {}}\n')
     with pytest.raises(ValueError, match=r"rag__bm25.jsonl, line 3, field 'position'"):
         log.load()
+
+
+def test_the_episode_log_adds_up_the_model_usage_saved_with_its_batches(tmp_path: Path) -> None:
+    from agents.baselines import EpisodeResult
+    from agents.evaluation.episode_log import EpisodeLog
+
+    path = tmp_path / "ck" / "rag__bm25.jsonl"
+    log = EpisodeLog(path, {"agent": "rag"})
+    recs = [EpisodeResult(f"q{i}", "Where?", ["Brno"], "Brno", [], [], {"em": 1.0}) for i in range(3)]
+    failed = EpisodeResult("q9", "Where?", ["Brno"], None, [], [], {}, "model server timed out")
+    assert log.append([(0, recs[0]), (1, recs[1])], usage={"requests": 2, "prompt_tokens": 100})
+    assert not log.append([(9, failed)], usage={"requests": 5})  # nothing saved: that usage is the caller's still
+    assert log.append([(2, recs[2])], usage={"requests": 1, "prompt_tokens": 50})
+    again = EpisodeLog(path, {"agent": "rag"})
+    assert sorted(again.load()) == [0, 1, 2]
+    assert again.usage == {"requests": 3, "prompt_tokens": 150}
+    with path.open("a") as f:
+        f.write('{"position": 3, "episode": {}, "usage": {"requests": -1}}\n')
+    with pytest.raises(ValueError, match=r"rag__bm25.jsonl, line 5, field 'usage': expected an object of "
+                                         r"non-negative numbers"):
+        again.load()

@@ -5,8 +5,9 @@ anything that decides the result differs: the questions' gold answers and eviden
 behind the index, the settings of the run. What the saved data decides (EM, F1, gold-in-pred,
 evidence recall from the saved answer and the current gold; counts from the saved steps) is
 computed again on load, and a saved number that disagrees is refused with its file, line and
-field; the return, which a reward preset decides, is checked against the saved per-step rewards
-and their terms. A refusal leaves the saved file as it was.
+field; the saved turns are played again in the run's environment, so every reward term, reward and
+the return are recomputed (an edit consistent across terms, reward and return is refused too). A
+refusal leaves the saved file as it was.
 """
 
 from __future__ import annotations
@@ -260,3 +261,92 @@ def test_a_local_model_is_fingerprinted_by_its_weights(tmp_path: Path) -> None:
     assert model_files_fingerprint(str(model)) not in (None, first, second)
     assert model_files_fingerprint(str(weights)) is not None  # a .gguf or weights file alone
     assert model_files_fingerprint("SmolLM2-135M-Instruct") is None and model_files_fingerprint(None) is None
+
+
+def _consistent(step: int, terms: dict[str, float]) -> Any:
+    """An edit of one step's reward terms with its reward and the return made to agree with them."""
+    def change(ep: dict[str, Any]) -> None:
+        old = ep["steps"][step]["reward"]
+        ep["steps"][step]["reward_terms"] = dict(terms)
+        ep["steps"][step]["reward"] = sum(terms.values())
+        ep["metrics"]["return"] += sum(terms.values()) - old
+    return change
+
+
+def test_resume_refuses_an_outcome_term_edited_consistently_with_its_reward_and_return(run: dict[str, Path]) -> None:
+    """An unanswered episode (EM 0) given an outcome of 1 with the reward and return to match."""
+    ck = run["ck"] / "random"
+    args = {"task": str(run["qa"]), "corpus": str(run["corpus"]), "retriever": "bm25", "top_k": 1, "batch_size": 2,
+            "checkpoint_dir": ck, "max_turns": 2}
+    evaluate("random", **args)
+    log = ck / "random__bm25.jsonl"
+    lines = log.read_text(encoding="utf-8").splitlines()
+    number, episode = next((n, json.loads(x)["episode"]) for n, x in enumerate(lines[1:], start=2)
+                           if json.loads(x)["episode"]["metrics"]["em"] == 0.0)
+    last = len(episode["steps"]) - 1
+    _edit(log, number, _consistent(last, {"outcome": 1.0, "format": 0.1}))
+    before = log.read_bytes()
+    with pytest.raises(ValueError, match=rf"random__bm25.jsonl, line {number}, field 'steps\[{last}\]\.reward_terms\."
+                                         r"outcome': saved 1.0, but replaying the saved turns gives 0.0"):
+        evaluate("random", **args)
+    assert log.read_bytes() == before
+
+
+def test_resume_refuses_a_relevance_term_edited_consistently(run: dict[str, Path]) -> None:
+    """Under the process reward a search's relevance to the gold evidence is recomputed from the saved turn."""
+    ck = run["ck"] / "process"
+    first = _again(run, reward="process", checkpoint_dir=ck)
+    assert first.episodes[2].steps[0]["reward_terms"]["relevance"] > 0  # the oracle's search finds the evidence
+    _edit(ck / "oracle__bm25.jsonl", 4, _consistent(0, {"outcome": 0.0, "relevance": 0.9}))
+    with pytest.raises(ValueError, match=r"line 4, field 'steps\[0\]\.reward_terms\.relevance': saved 0.9, but "
+                                         r"replaying the saved turns gives 0.5"):
+        _again(run, reward="process", checkpoint_dir=ck)
+
+
+def test_resume_refuses_saved_steps_the_saved_turns_do_not_make(run: dict[str, Path]) -> None:
+    def drop_first_turn(ep: dict[str, Any]) -> None:
+        first = next(i for i, m in enumerate(ep["messages"]) if m["role"] == "assistant")
+        del ep["messages"][first:first + 2]  # the search turn and its results: one step more than turns
+
+    _edit(run["log"], 2, drop_first_turn)
+    with pytest.raises(ValueError, match=r"line 2, field 'steps': 2 saved steps, but the saved messages hold 1 "
+                                         r"assistant turns"):
+        _again(run)
+
+
+@pytest.mark.parametrize("protocol", ["search-r1", "multi-query", "tools", "tools-browse", "browse", "arena"])
+@pytest.mark.parametrize("reward", ["default", "frugal", "process", "shaped", "r3-rag", "arena"])
+@pytest.mark.parametrize("agent", ["oracle", "heuristic", "random"])
+def test_an_untouched_run_of_any_protocol_and_reward_replays_to_its_saved_rewards(
+    run: dict[str, Path], agent: str, protocol: str, reward: str
+) -> None:
+    args = {"task": str(run["qa"]), "corpus": str(run["corpus"]), "retriever": "bm25", "top_k": 2, "batch_size": 3,
+            "checkpoint_dir": run["ck"] / "any", "protocol": protocol, "reward": reward}
+    first = evaluate(agent, **args)
+    again = evaluate(agent, **args)
+    assert again.config["resumed"] == len(QUESTIONS) - first.row["failed"]
+    assert [e.metrics for e in again.episodes] == [e.metrics for e in first.episodes]
+
+
+def test_resume_with_a_retriever_that_fails_now_says_so_instead_of_blaming_the_file(run: dict[str, Path]) -> None:
+    from searchenv.retrievers.base import RetrieverError
+    from searchenv.retrievers.bm25 import RankBM25Retriever
+
+    class Switchable:
+        def __init__(self) -> None:
+            self.inner, self.down = RankBM25Retriever(DOCS), False
+
+        def search_batch(self, queries: list[str], k: int) -> Any:
+            if self.down:
+                raise RetrieverError("connection refused")
+            return self.inner.search_batch(queries, k)
+
+    retriever = Switchable()
+    args = {"task": str(run["qa"]), "corpus": str(run["corpus"]), "retriever": retriever, "top_k": 1,
+            "batch_size": 2, "checkpoint_dir": run["ck"] / "switch", "retriever_label": "switch"}
+    evaluate("oracle", **args)
+    retriever.down = True
+    with pytest.raises(RetrieverError, match=r"line 2, field 'steps\[0\]': cannot play the saved turns again to "
+                                             r"check their rewards: the retriever failed \(RetrieverError: "
+                                             r"connection refused\); resume when it answers"):
+        evaluate("oracle", **args)

@@ -68,3 +68,25 @@ def test_the_running_venv_holds_the_locked_versions_when_it_was_built_locked() -
                  for d in importlib.metadata.distributions()}
     differ = {n: (v, installed.get(n)) for n, v in pins.items() if installed.get(n) != v}
     assert not differ, differ
+
+
+@pytest.mark.parametrize(("freeze", "said"), [
+    ("echo 'pip: the environment is broken' >&2; exit 3", "exited with 3: pip: the environment is broken"),
+    ("echo 'pkg @ file:///tmp/pkg'", "pip freeze line 1 is not name==version"),
+])
+def test_a_failed_freeze_is_one_line_and_leaves_the_lock_alone(tmp_path: Path, freeze: str, said: str) -> None:
+    import subprocess
+
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    python = venv / "bin" / "python"
+    python.write_text(f'#!/bin/sh\nif [ "$1" = "-m" ]; then {freeze}; else echo 3.11; fi\n')
+    python.chmod(0o755)
+    lock = ROOT / "locks" / "main.txt"
+    before = lock.read_bytes() if lock.exists() else None
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "write_locks.py"), f"main={venv}"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith(f"error: locks/main.txt from {venv}: ")
+    assert said in done.stderr and done.stderr.rstrip().endswith("the old lock is unchanged")
+    assert (lock.read_bytes() if lock.exists() else None) == before

@@ -117,7 +117,7 @@ def http_server(index: Path, tmp_path: Path) -> Iterator[str]:
     """`searchenv mcp --transport http` on a free port, token from SEARCHENV_TOKEN; yields its base URL."""
     port = free_port()
     log = (tmp_path / "server.log").open("wb")
-    env = {**os.environ, "SEARCHENV_TOKEN": "tok", "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "SEARCHENV_TOKEN": "tok-of-16-characters", "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen([*CLI, "mcp", "--index", str(index), "--transport", "http", "--port", str(port),
                              "--max-body-bytes", "65536"], env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
@@ -134,14 +134,14 @@ def http_server(index: Path, tmp_path: Path) -> Iterator[str]:
         log.close()
 
 
-def http_transport(url: str, token: str = "tok") -> Any:
+def http_transport(url: str, token: str = "tok-of-16-characters") -> Any:
     headers = {"Authorization": f"Bearer {token}"}
     return streamable_http_client(f"{url}/mcp", http_client=httpx2.AsyncClient(headers=headers, trust_env=False))
 
 
 def post(url: str, body: bytes, **headers: str) -> httpx.Response:
     base = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
-            "Authorization": "Bearer tok", "MCP-Protocol-Version": "2025-06-18"}
+            "Authorization": "Bearer tok-of-16-characters", "MCP-Protocol-Version": "2025-06-18"}
     return httpx.post(f"{url}/mcp", content=body, headers={**base, **headers}, timeout=10, trust_env=False)
 
 
@@ -179,8 +179,9 @@ def test_http_refuses_bad_token_host_and_oversized_bodies_and_keeps_serving(inde
     assert "arguments must be an object" in not_an_object.json()["result"]["content"][0]["text"]
     assert post(http_server, call, **{"Content-Type": "text/plain"}).status_code in (400, 415)
     # stateless: no stream to hold open with GET (it would hang on a connection nothing is sent on)
-    assert httpx.get(f"{http_server}/mcp", headers={"Authorization": "Bearer tok", "Accept": "text/event-stream"},
-                     timeout=5, trust_env=False).status_code == 405
+    assert httpx.get(f"{http_server}/mcp", timeout=5, trust_env=False,
+                     headers={"Authorization": "Bearer tok-of-16-characters", "Accept": "text/event-stream"},
+                     ).status_code == 405
 
     async def check(client: Client) -> None:  # a client within the limits is still answered
         too_long = await client.call_tool("search", {"query": "x" * 3000})

@@ -72,8 +72,10 @@ def test_openenv_server_in_its_own_venv() -> None:
     if not OPENENV_PYTHON.exists():
         pytest.skip(".venv-openenv is not built here (make test builds it)")
     proc = subprocess.run([str(OPENENV_PYTHON), "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           "tests/openenv/check_server.py", "tests/openenv/check_trl.py"], cwd=ROOT,
+                           "tests/openenv/check_server.py", "tests/openenv/check_limits.py",
+                           "tests/openenv/check_modes.py",
+                           "tests/openenv/check_trl.py"], cwd=ROOT,
                           capture_output=True, text=True, timeout=600,
                           env={**os.environ, "TRL_EXPERIMENTAL_SILENCE": "1"})
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    assert "29 passed" in proc.stdout
+    assert "52 passed" in proc.stdout

@@ -451,7 +451,7 @@ def test_serve_command_binds_loopback_and_answers(bm25: BM25Retriever, tmp_path:
     folder = tmp_path / "idx"
     BM25Retriever.build(DOCS, folder)
     port = _free_port()
-    env = {**os.environ, "SEARCHENV_TOKEN": "tok"}  # not on the command line, where `ps` shows it
+    env = {**os.environ, "SEARCHENV_TOKEN": "tok-of-16-characters"}  # not on the command line, where `ps` shows it
     cmd = [sys.executable, "-c", "from searchenv.cli import main; main()", "serve", "--index", str(folder),
            "--port", str(port), "--log-level", "warning"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -459,8 +459,8 @@ def test_serve_command_binds_loopback_and_answers(bm25: BM25Retriever, tmp_path:
         deadline = time.monotonic() + 30
         while True:
             try:
-                r = httpx.get(f"http://127.0.0.1:{port}/health", headers={"Authorization": "Bearer tok"},
-                              timeout=1.0, trust_env=False)
+                r = httpx.get(f"http://127.0.0.1:{port}/health",
+                              headers={"Authorization": "Bearer tok-of-16-characters"}, timeout=1.0, trust_env=False)
                 break
             except httpx.TransportError:
                 if proc.poll() is not None or time.monotonic() > deadline:
@@ -469,7 +469,7 @@ def test_serve_command_binds_loopback_and_answers(bm25: BM25Retriever, tmp_path:
                 time.sleep(0.2)
         assert r.status_code == 200 and r.json()["num_docs"] == len(DOCS)
         r = httpx.post(f"http://127.0.0.1:{port}/retrieve", json={"queries": ["Karsk"], "topk": 1},
-                       headers={"Authorization": "Bearer tok"}, trust_env=False)
+                       headers={"Authorization": "Bearer tok-of-16-characters"}, trust_env=False)
         assert r.json()["result"][0][0]["id"] == "d4"
         assert httpx.post(f"http://127.0.0.1:{port}/retrieve", json={"queries": ["Karsk"]},
                           trust_env=False).status_code == 401
@@ -588,11 +588,15 @@ def test_serve_token_options(tmp_path: Path) -> None:
     empty.write_text("\n")
     accented = tmp_path / "accented-token"
     accented.write_text("tökén\n", encoding="utf-8")
+    short = tmp_path / "short-token"
+    short.write_text("fifteen-chars..\n")
     for args, message in (
         (["--token-file", str(empty)], f"--token-file {empty} is empty"),
         (["--token-file", str(tmp_path / "absent")], "cannot read --token-file"),
         (["--token-file", str(accented)], "token must be printable ASCII"),
         (["--token-file", str(empty), "--token", "abc"], "not both"),
+        (["--token-file", str(short)], f"--token-file {short} has 15 character(s); a server needs at least 16"),
+        (["--token", "fifteen-chars.."], "--token (or SEARCHENV_TOKEN) has 15 character(s)"),
     ):
         result = runner.invoke(get_app(), ["serve", "--index", missing, *args])
         assert result.exit_code == 2 and message in result.output, result.output

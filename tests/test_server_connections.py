@@ -153,20 +153,20 @@ def test_many_idle_connections_under_a_low_fd_limit_do_not_stop_health(index: Pa
 @pytest.mark.slow
 def test_idle_and_slow_connections_are_closed_after_the_timeouts(index: Path, tmp_path: Path) -> None:
     token_file = tmp_path / "token"
-    token_file.write_text("s3cret\n")
-    auth = {"Authorization": "Bearer s3cret"}
+    token_file.write_text("s3cret-of-16-chars\n")
+    auth = {"Authorization": "Bearer s3cret-of-16-chars"}
     options = ("--request-timeout", "1.5", "--keep-alive-timeout", "1", "--max-connections", "20",
                "--token-file", str(token_file))
     with _serve(index, tmp_path / "serve.log", *options) as (url, _):
         host = url.removeprefix("http://")
-        head = f"POST /retrieve HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer s3cret\r\n".encode()
+        head = f"POST /retrieve HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer s3cret-of-16-chars\r\n".encode()
         t0 = time.monotonic()
         sockets = {
             "idle": _connect(url),
             "half headers": _connect(url, head),
             "slow body": _connect(url, head + b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"),
             "keep-alive": _connect(url, f"GET /health HTTP/1.1\r\nHost: {host}\r\n"
-                                        "Authorization: Bearer s3cret\r\n\r\n".encode()),
+                                        "Authorization: Bearer s3cret-of-16-chars\r\n\r\n".encode()),
         }
         drip = _connect(url, b"POST /retrieve HTTP/1.1\r\n")
         try:

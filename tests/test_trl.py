@@ -227,6 +227,24 @@ def test_tool_env_runs_an_episode_through_its_tools(bm25: BM25Retriever) -> None
         other.reset(prompt="What is 2+2?")
 
 
+@pytest.mark.parametrize("protocol", ["tools", "search-r1"])
+def test_the_tool_env_shows_no_reward_or_metric_before_the_episode_ends(bm25: BM25Retriever, protocol: str) -> None:
+    """Under rewards that pay relevance on search steps, the tool replies are those of the outcome-only reward."""
+    from agents.integrations.trl import SearchQAToolEnv
+
+    tobin = next(ex for ex in EXAMPLES if ex.question == "Where was Tobin Quenn born?")
+    seen: dict[str, list[str]] = {}
+    for reward in ("search-r1", "process", "shaped"):
+        env = SearchQAToolEnv.factory([tobin], retriever=bm25, reward=reward, protocol=protocol, max_turns=4)()
+        env.reset(example_id=tobin.id)
+        replies = [env.search("Tobin Quenn born"), env.search("Karsk")]
+        assert env.final_metrics == {}  # nothing measured is offered before the end
+        replies.append(env.answer("Karsk"))
+        seen[reward] = replies
+        assert env.final_metrics["em"] == 1.0
+    assert seen["process"] == seen["shaped"] == seen["search-r1"]
+
+
 def test_tool_envs_follow_the_protocol(bm25: BM25Retriever) -> None:
     """browse adds an open tool, arena's answer cites documents; TRL can build a schema for each tool."""
     import inspect

@@ -50,5 +50,5 @@ def test_verifiers_clis_and_the_bundled_openenv_taskset_in_their_own_venv(reques
         pass
     proc = _check("tests/vf_env/check_searchqa.py", "tests/vf_env/check_openenv_taskset.py", env=env)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    expected = "8 passed" if env else "7 passed, 1 skipped"
+    expected = "9 passed" if env else "8 passed, 1 skipped"
     assert expected in proc.stdout and (env == {} or "skipped" not in proc.stdout), proc.stdout[-2000:]

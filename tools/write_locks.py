@@ -5,7 +5,8 @@ environment's ``pip freeze --all`` without this package itself, one ``name==vers
 local version labels dropped (``torch==2.13.0+cpu`` is locked as ``torch==2.13.0``, which the CPU
 build on disk and a CUDA build both satisfy). ``make`` passes it to every ``pip install`` of that
 environment as a constraints file (``-c``). Each file is written to a temporary file and renamed,
-so a failed run leaves the old lock whole.
+so a failed run leaves the old lock whole; a freeze that fails is reported in one line (the
+environment, the lock it would have written and pip's last words), with exit status 1.
 """
 
 from __future__ import annotations
@@ -95,7 +96,17 @@ def main(argv: list[str]) -> int:
             return 2
         pairs.append((name, Path(folder)))
     for name, venv in pairs:
-        path = write_lock(name, venv)
+        try:
+            path = write_lock(name, venv)
+        except subprocess.CalledProcessError as exc:
+            said = (exc.stderr or "").strip().splitlines()
+            why = f"`{' '.join(map(str, exc.cmd[1:]))}` exited with {exc.returncode}" + (
+                f": {said[-1][:300]}" if said else "")
+            print(f"error: locks/{name}.txt from {venv}: {why}; the old lock is unchanged", file=sys.stderr)
+            return 1
+        except (OSError, ValueError) as exc:
+            print(f"error: locks/{name}.txt from {venv}: {exc}; the old lock is unchanged", file=sys.stderr)
+            return 1
         print(f"wrote {path.relative_to(ROOT)} from {venv}")
     return 0
 

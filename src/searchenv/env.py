@@ -230,6 +230,8 @@ class SearchQAEnv(gym.Env[str, str]):
         )
         self.reward_fn: Reward = get_reward(reward)
         self.examples, corpus_path = resolve_task(task, split, corpus)
+        #: The QA file the examples came from, to name its line in errors (None for a named task or examples).
+        self._source_file = task if isinstance(task, str | os.PathLike) and os.path.isfile(task) else None
         self.retriever: Retriever = shared_retriever(retriever, corpus_path)
         if isinstance(task, str | os.PathLike):  # a QA file or a named task; engines hand over examples
             check_evidence(self.retriever, self.examples, task, retriever)
@@ -261,6 +263,23 @@ class SearchQAEnv(gym.Env[str, str]):
         self.shown_hits: tuple[tuple[Hit, ...], ...] = ()
 
     # ---- episode ---------------------------------------------------------------------------------
+    def check_question(self, example: QAExample) -> None:
+        """Refuse an example whose question is longer than ``max_question_chars`` (``reset`` refuses it too).
+
+        Raises:
+            ValueError: Naming the QA file and line the example came from (when the environment was made
+                from a QA file), the example and the field.
+        """
+        if len(example.question) <= self.max_question_chars:
+            return
+        where = None
+        if self._source_file is not None:
+            from searchenv.tasks.qa_files import example_where
+
+            where = example_where(self._source_file, example.id)
+        raise ValueError(f"{where or self._source_file or 'examples'}: example {example.id!r}: field 'question' "
+                         f"has {len(example.question)} characters, over max_question_chars={self.max_question_chars}")
+
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[str, dict[str, Any]]:
@@ -279,10 +298,9 @@ class SearchQAEnv(gym.Env[str, str]):
         self._example = self._choose_example(options or {})
         self._prompt = self.protocol.prompt(self._example.question)
         if len(self._example.question) > self.max_question_chars or len(self._prompt) > self._prompt_bound:
-            raise ValueError(
-                f"example {self._example.id!r}: question has {len(self._example.question)} characters "
-                f"(prompt {len(self._prompt)}), over max_question_chars={self.max_question_chars}"
-            )
+            self.check_question(self._example)
+            raise ValueError(f"example {self._example.id!r}: the prompt has {len(self._prompt)} characters, over "
+                             f"{self._prompt_bound} (max_question_chars={self.max_question_chars})")
         self._parts: list[str] = [self._prompt]
         self._messages: list[dict[str, Any]] = [
             {"role": "system", "content": self.protocol.system_prompt()},

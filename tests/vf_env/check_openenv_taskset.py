@@ -51,9 +51,9 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _in_process(seed: int, replies: list[str]) -> tuple[str, float]:
+def _in_process(seed: int, replies: list[str], reward: str = "default") -> tuple[str, float]:
     """The question id and return of in-process SearchQA-v0 for ``seed`` and the model's JSON actions."""
-    env = gym.make("SearchQA-v0", **SETTINGS).unwrapped
+    env = gym.make("SearchQA-v0", **SETTINGS, reward=reward).unwrapped
     _, info = env.reset(seed=seed)
     total = 0.0
     for reply in replies:
@@ -152,3 +152,23 @@ def test_a_slow_model_that_copies_what_it_is_shown_scores_nothing(tmp_path: Path
         answer = json.loads(contents[3])["arguments"]["answer"]
         assert answer not in golds[ids[seed]], (answer, golds[ids[seed]])
         assert trace["rewards"]["openenv_reward"]["score"] <= 0.0
+
+
+def test_against_an_evaluation_server_the_model_is_shown_no_reward_and_the_score_is_the_same(tmp_path: Path) -> None:
+    """``serve-openenv --mode evaluation``: the observations written into the prompt hold no reward or term."""
+    seeds, ids = _seeds_and_ids()
+    traces = _run_doc_toml(tmp_path, "--mode", "evaluation", "--reward", "process",
+                           bad_first={ids[s] for s in seeds if s % 2 == 1})
+    assert len(traces) == len(seeds)
+    for trace in traces:
+        assert trace["errors"] == [], trace["errors"]
+        shown = [json.loads(node["message"]["content"])["observation"] for node in trace["nodes"]
+                 if node["message"]["role"] == "user"]
+        assert len(shown) >= 2  # the reset and at least one step before the answer
+        for observation in shown[1:]:
+            assert observation["reward_terms"] == {}, observation
+            assert not {"reward_terms", "reward_signals", "em", "gold_answers"} & set(observation["metadata"])
+        seed = trace["task"]["data"]["reset"]["seed"]
+        replies = [node["message"]["content"] for node in trace["nodes"] if node["message"]["role"] == "assistant"]
+        _, want = _in_process(seed, replies, reward="process")
+        assert trace["rewards"]["openenv_reward"]["score"] == pytest.approx(want)

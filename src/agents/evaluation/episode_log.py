@@ -3,9 +3,12 @@
 An :class:`EpisodeLog` is one JSONL file: the first line holds the settings of the run
 (``{"searchenv_episodes": 1, "settings": {...}}``), then one line per finished episode,
 ``{"position": i, "episode": {...}}`` (:meth:`agents.baselines.EpisodeResult.to_dict`), appended
-and flushed to disk after every batch. A run killed at any moment leaves whole lines and at most
-one torn last line, which the next run drops; a failed episode is not saved, so the next run
-tries it again. Saved episodes of a run with other settings are refused, never mixed in.
+and flushed to disk after every batch; the last line of a batch may carry ``"usage"``, the model
+server's counters spent since the previous batch was saved, so a resumed run's ``model_usage`` adds
+up over every process (what a process spent on a batch it was killed in is lost with that batch).
+A run killed at any moment leaves whole lines and at most one torn last line, which the next run
+drops; a failed episode is not saved, so the next run tries it again. Saved episodes of a run with
+other settings are refused, never mixed in.
 
 The file is never reached through a symbolic link (one at its path is refused, and it is opened
 with ``O_NOFOLLOW``), and nothing in it is changed before its first line has proved it to be a
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import stat
 from collections.abc import Mapping, Sequence
@@ -43,6 +47,8 @@ class EpisodeLog:
         self.path = Path(path)
         self.settings = json.loads(json.dumps(dict(settings)))  # as it reads back: lists, not tuples
         self.lines: dict[int, int] = {}  # position -> its line in the file, as the last load read it
+        #: The model usage the saved lines carry, summed (as the last load read it).
+        self.usage: dict[str, float] = {}
 
     def load(self) -> dict[int, EpisodeResult]:
         """The episodes saved so far, by position (empty when there is no file).
@@ -55,7 +61,7 @@ class EpisodeLog:
                 setting that differs), a line is not what this class writes (naming the
                 file, the line and the field), or the path is a symbolic link or not a regular file.
         """
-        self.lines = {}
+        self.lines, self.usage = {}, {}
         data, identity = self._read()
         if data is None:
             return {}
@@ -97,6 +103,14 @@ class EpisodeLog:
                 raise ValueError(f"{where}, field 'position': {position} was saved before, on line "
                                  f"{self.lines[position]}")
             self.lines[position] = number
+            usage = item.get("usage", {})
+            if not isinstance(usage, dict) or not all(
+                    isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+                    for v in usage.values()):
+                raise ValueError(f"{where}, field 'usage': expected an object of non-negative numbers, "
+                                 f"got {_short(usage)}")
+            for key, value in usage.items():
+                self.usage[key] = self.usage.get(key, 0) + value
             try:
                 out[position] = EpisodeResult.from_dict(item["episode"])
             except (KeyError, TypeError, ValueError) as exc:
@@ -104,12 +118,23 @@ class EpisodeLog:
                     from None
         return out
 
-    def append(self, items: Sequence[tuple[int, EpisodeResult]]) -> None:
-        """Save finished episodes (failed ones are left out, to be run again) and flush them to disk."""
-        lines = [json.dumps({"position": pos, "episode": rec.to_dict()}, ensure_ascii=False)
-                 for pos, rec in items if rec.error is None]
-        if not lines:
-            return
+    def append(self, items: Sequence[tuple[int, EpisodeResult]], usage: Mapping[str, float] | None = None) -> bool:
+        """Save finished episodes (failed ones are left out, to be run again) and flush them to disk.
+
+        Args:
+            items: ``(position, episode)`` pairs.
+            usage: The model server's counters spent since the last saved batch, written on this batch's
+                last line (with its episodes, or not at all).
+
+        Returns:
+            Whether anything was written (False when every episode failed: ``usage`` is then not saved).
+        """
+        saved = [(pos, rec) for pos, rec in items if rec.error is None]
+        if not saved:
+            return False
+        lines = [json.dumps({"position": pos, "episode": rec.to_dict()}
+                            | ({"usage": dict(usage)} if usage and i == len(saved) - 1 else {}), ensure_ascii=False)
+                 for i, (pos, rec) in enumerate(saved)]
         try:
             info: os.stat_result | None = os.lstat(self.path)
         except FileNotFoundError:
@@ -123,6 +148,7 @@ class EpisodeLog:
             f.write("".join(line + "\n" for line in lines))
             f.flush()
             os.fsync(f.fileno())
+        return True
 
     def remove(self) -> None:
         """Delete the file (the run is complete and its results are written)."""

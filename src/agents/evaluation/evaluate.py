@@ -225,6 +225,7 @@ def load_split(
     *,
     corpus: str | os.PathLike[str] | None = None,
     n: int | None = None,
+    max_question_chars: int | None = None,
 ) -> tuple[list[QAExample], Retriever]:
     """Resolve a task split and a retriever exactly as :class:`SearchQAEnv` does.
 
@@ -234,18 +235,25 @@ def load_split(
         retriever: Retriever name, index folder or instance.
         corpus: Corpus file (defaults to the task's own).
         n: Keep the first ``n`` questions (all when None).
+        max_question_chars: The episodes' limit on a question (the environment's default when None):
+            every kept question is checked against it before any episode runs.
 
     Returns:
         The examples and the (shared, cached) retriever.
 
     Raises:
-        ValueError: If ``n`` is not a positive integer.
+        ValueError: If ``n`` is not a positive integer, or a kept question is too long (naming the QA
+            file, line, example and field).
     """
     if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
         raise ValueError(f"n must be a positive integer or None, got {n!r}")
-    env = SearchQAEnv(task, split=split, corpus=corpus, retriever=retriever)
+    limit: dict[str, Any] = {} if max_question_chars is None else {"max_question_chars": max_question_chars}
+    env = SearchQAEnv(task, split=split, corpus=corpus, retriever=retriever, **limit)
     examples = list(env.examples)
-    return (examples[:n] if n is not None else examples), env.retriever
+    kept = examples[:n] if n is not None else examples
+    for example in kept:
+        env.check_question(example)
+    return kept, env.retriever
 
 
 def evaluate(
@@ -329,7 +337,8 @@ def evaluate(
     """
     if infra_errors not in ("exclude", "score"):
         raise ValueError(f"infra_errors must be 'exclude' or 'score', got {infra_errors!r}")
-    examples, ret = load_split(task, split, retriever, corpus=corpus, n=n)
+    examples, ret = load_split(task, split, retriever, corpus=corpus, n=n,
+                               max_question_chars=(env_kwargs or {}).get("max_question_chars"))
     if isinstance(agent, str) and agent in PIPELINE_NAMES:
         agent = make_pipeline(agent, policy=policy, max_new_tokens=max_new_tokens)
     elif isinstance(agent, str):
@@ -355,12 +364,23 @@ def evaluate(
         episode_log = EpisodeLog(Path(checkpoint_dir) / f"{run_stem(name, ret_label)}.jsonl", settings)
         # the protocol the environment reads the turns with (as run_agent builds it); a pipeline has none
         read_by = None if isinstance(agent, Pipeline) else agent.adapt_protocol(get_protocol(protocol))
-        saved = check_saved(episode_log.load(), examples, episode_log.path, episode_log.lines, read_by)
+        loaded = episode_log.load()
+        replay_env = None
+        if read_by is not None and loaded:  # the saved turns are played again in the run's environment
+            turns_cap = max_turns if agent.max_turns is None else min(max_turns, agent.max_turns)
+            replay_env = SearchQAEnv(list(examples), retriever=ret, protocol=read_by, top_k=top_k,
+                                     max_turns=turns_cap, reward=reward, **dict(env_kwargs or {}))
+        saved = check_saved(loaded, examples, episode_log.path, episode_log.lines, read_by, replay_env)
         if saved and log is not None:
             log(f"resuming {name} / {ret_label} from {len(saved)} saved episodes ({episode_log.path})")
     todo = [i for i in range(len(examples)) if i not in saved]
-    served = getattr(getattr(agent, "policy", None), "usage", None)  # a model server's counters
-    before = dict(served) if isinstance(served, Mapping) else None
+    def served_usage() -> dict[str, float] | None:
+        """A model server's counters now (a copy), or None for an agent without one."""
+        counters = getattr(getattr(agent, "policy", None), "usage", None)
+        return dict(counters) if isinstance(counters, Mapping) else None
+
+    before = served_usage()
+    unsaved = dict(before or {})  # the counters when a batch's usage was last saved with its episodes
     t0 = time.perf_counter()
     failed_so_far = 0
     searches = {"ok": sum(_searches(r, ok=True) for r in saved.values()), "failed": 0}
@@ -369,7 +389,10 @@ def evaluate(
         nonlocal failed_so_far
         failed_so_far += sum(r.error is not None for _, r in items)
         if episode_log is not None:
-            episode_log.append(items)
+            now = served_usage()
+            spent = None if now is None else {k: round(now[k] - unsaved.get(k, 0), 3) for k in now}
+            if episode_log.append(items, usage=spent) and now is not None:
+                unsaved.update(now)
         searches["ok"] += sum(_searches(r, ok=True) for _, r in items)
         searches["failed"] += sum(_searches(r, ok=False) for _, r in items)
         if searches["failed"] and not searches["ok"]:
@@ -436,9 +459,12 @@ def evaluate(
         config["device"] = str(where)
         config["generation_dtype"] = generation_dtype_of(agent)
     if before is not None:
-        after = agent.policy.usage  # type: ignore[union-attr]
-        # requests, prompt/completion tokens as the server counted them, retries, request seconds
-        config["model_usage"] = {k: round(after[k] - before.get(k, 0), 3) for k in after}
+        after = served_usage() or {}
+        # requests, prompt/completion tokens as the server counted them, retries, request seconds: this
+        # process's, and what earlier processes of a resumed run saved with their episodes
+        earlier = episode_log.usage if episode_log is not None else {}
+        config["model_usage"] = {k: round(after.get(k, 0) - before.get(k, 0) + earlier.get(k, 0), 3)
+                                 for k in [*after, *(k for k in earlier if k not in after)]}
     is_file = isinstance(task, str | os.PathLike) and Path(task).is_file()  # a QA file is one split: "file"
     row: dict[str, Any] = (summarize(episodes, seconds) if episodes
                            else {"n": 0, **{k: None for k, _, _ in COLUMNS}, "return": None})

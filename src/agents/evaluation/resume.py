@@ -11,11 +11,13 @@ A saved episode is not trusted as written (:func:`check_saved`): what the saved 
 computed again (the answer from the last assistant turn of the saved messages, read by the run's
 protocol as the environment reads it (:func:`answer_of_turns`); EM, F1 and gold-in-prediction from
 that answer and the current gold; evidence recall from the saved retrieved ids; the counts from
-the saved steps), the return, which the reward preset decides, is checked against the saved
-per-step rewards and each step's reward against its reward terms; a saved value that disagrees is
-refused with its file, line and field.
-These checks catch an edited number, not a whole episode forged consistently: the file is not
-signed.
+the saved steps), each step's reward against its reward terms, the return against the saved
+per-step rewards, and then the saved turns are played again in an environment with the run's
+settings (:func:`replay`), so every reward term (the outcome from the answer and the gold, format,
+cost, relevance, shaping) and the return are the environment's recomputation; a saved value that
+disagrees is refused with its file, line and field.
+These checks catch edited numbers, however consistent with each other, not a whole episode
+forged with other turns: the file is not signed.
 """
 
 from __future__ import annotations
@@ -30,9 +32,10 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from agents.baselines import EpisodeResult
+from searchenv.env import SearchQAEnv
 from searchenv.metrics import exact_match, f1_score, gold_in_prediction
 from searchenv.protocols import ActionProtocol, Answer, tool_turn_text
-from searchenv.retrievers.base import Retriever
+from searchenv.retrievers.base import Retriever, RetrieverError, search_or_error
 from searchenv.tasks import QAExample
 
 #: Relative tolerance of a step's reward against the sum of its terms (as the environment checks).
@@ -231,8 +234,87 @@ def answer_of_turns(messages: Sequence[Any], protocol: ActionProtocol, where: st
     return action.text if isinstance(action, Answer) else None
 
 
+def assistant_turns(messages: Sequence[Any], protocol: ActionProtocol, where: str) -> list[str]:
+    """Every assistant turn of the saved messages as the environment was handed it (:func:`answer_of_turns`).
+
+    Raises:
+        ValueError: Naming the file, line and field of a turn that is not text.
+    """
+    turns = []
+    for i, message in enumerate(messages):
+        if not isinstance(message, Mapping) or message.get("role") != "assistant":
+            continue
+        content, calls = message.get("content"), message.get("tool_calls")
+        if not isinstance(content, str):
+            raise ValueError(f"{where}, field 'messages[{i}].content': expected a string, got {content!r:.60}")
+        if calls is not None and not isinstance(calls, list):
+            raise ValueError(f"{where}, field 'messages[{i}].tool_calls': expected a list, got {calls!r:.60}")
+        turns.append(tool_turn_text(content, calls, ids=True) if protocol.native_tools and calls else content)
+    return turns
+
+
+def replay(episode: EpisodeResult, env: SearchQAEnv, where: str) -> float:
+    """Play the saved turns again in ``env`` and check every step's reward and reward terms against the saved ones.
+
+    Each saved assistant turn is handed to the environment as the run handed it; a search is
+    searched again (the same index and query give the same ranking), and a step saved as a
+    retriever failure fails again, so every term (the outcome from the answer and the gold, format,
+    cost, relevance to the gold evidence, shaping) is the environment's own recomputation.
+
+    Args:
+        episode: The saved episode (its steps already checked for shape).
+        env: An environment with the run's settings (retriever, protocol, turn budget, reward),
+            over the run's questions.
+        where: ``file, line N`` for messages.
+
+    Returns:
+        The return the replayed steps give.
+
+    Raises:
+        ValueError: Naming the file, line and field of the first step whose saved reward, reward
+            terms or kind disagree with the replay, or saved turns that do not make the saved steps.
+        RetrieverError: If the retriever fails on a search it answered when the episode was saved.
+    """
+    turns = assistant_turns(episode.messages, env.protocol, where)
+    steps = episode.steps
+    if len(turns) != len(steps):
+        raise ValueError(f"{where}, field 'steps': {len(steps)} saved steps, but the saved messages hold "
+                         f"{len(turns)} assistant turns")
+    env.reset(options={"example_id": episode.example_id})
+    total = 0.0
+    for i, (turn, saved) in enumerate(zip(turns, steps, strict=True)):
+        try:
+            request = env.prepare_step(turn)
+        except RuntimeError:  # the episode ended before the saved steps did
+            raise ValueError(f"{where}, field 'steps[{i}]': the saved turns end the episode after step {i}, but "
+                             f"{len(steps)} steps are saved") from None
+        hits: Any = None
+        if request.queries:
+            hits = (RetrieverError("saved as a retriever failure") if saved.get("infra_error")
+                    else search_or_error(env.retriever, request.queries, env.top_k))
+        if isinstance(hits, Exception) and not saved.get("infra_error"):
+            raise RetrieverError(f"{where}, field 'steps[{i}]': cannot play the saved turns again to check their "
+                                 f"rewards: the retriever failed ({type(hits).__name__}: {str(hits)[:300]}); "
+                                 "resume when it answers")
+        _, reward, _, _, info = env.finish_step(request, hits)
+        if info["action_type"] != saved.get("action_type"):
+            raise ValueError(f"{where}, field 'steps[{i}].action_type': saved {saved.get('action_type')!r}, but "
+                             f"replaying the saved turn gives {info['action_type']!r}")
+        terms, saved_terms = dict(info["reward_terms"]), saved.get("reward_terms") or {}
+        for name in [*terms, *(n for n in saved_terms if n not in terms)]:
+            if name not in saved_terms or name not in terms or not _same(float(saved_terms[name]), float(terms[name])):
+                raise ValueError(f"{where}, field 'steps[{i}].reward_terms.{name}': saved "
+                                 f"{saved_terms.get(name)!r}, but replaying the saved turns gives "
+                                 f"{terms.get(name)!r}")
+        if not _same(float(saved["reward"]), float(reward)):
+            raise ValueError(f"{where}, field 'steps[{i}].reward': saved {saved['reward']!r}, but replaying the "
+                             f"saved turns gives {float(reward)!r}")
+        total += float(reward)
+    return total
+
+
 def recompute(episode: EpisodeResult, example: QAExample, where: str,
-              protocol: ActionProtocol | None = None) -> dict[str, Any]:
+              protocol: ActionProtocol | None = None, env: SearchQAEnv | None = None) -> dict[str, Any]:
     """The metrics of a saved episode computed again from its answer, its steps and the current gold.
 
     Args:
@@ -241,6 +323,9 @@ def recompute(episode: EpisodeResult, example: QAExample, where: str,
         where: ``file, line N`` for messages.
         protocol: The run's protocol: the saved answer must be the one its last assistant turn
             gives (:func:`answer_of_turns`); None where the episode has no protocol (a pipeline).
+        env: An environment with the run's settings: the saved turns are played again in it and every
+            step's reward and reward terms must be what it gives (:func:`replay`); None to check the
+            rewards only against their terms and the return (a pipeline).
 
     Returns:
         ``metrics`` with every recomputable value replaced by its recomputation.
@@ -309,11 +394,14 @@ def recompute(episode: EpisodeResult, example: QAExample, where: str,
             raise ValueError(f"{where}, field 'answer': saved {answer!r}, but the last assistant turn of the saved "
                              f"messages gives {given!r} (read by the {protocol.name or type(protocol).__name__} "
                              "protocol)")
+    if env is not None:  # every reward term and the return, as the environment computes them from the turns
+        out["return"] = replay(episode, env, where)
     return out
 
 
 def check_saved(saved: Mapping[int, EpisodeResult], examples: Sequence[QAExample], path: str | os.PathLike[str],
-                lines: Mapping[int, int], protocol: ActionProtocol | None = None) -> dict[int, EpisodeResult]:
+                lines: Mapping[int, int], protocol: ActionProtocol | None = None,
+                env: SearchQAEnv | None = None) -> dict[int, EpisodeResult]:
     """The saved episodes of a run with their scores computed again (see the module docstring).
 
     Args:
@@ -323,6 +411,8 @@ def check_saved(saved: Mapping[int, EpisodeResult], examples: Sequence[QAExample
         lines: The line of each position in the file (for messages).
         protocol: The run's protocol, which reads each saved answer again from the saved turns
             (None: no protocol, as for a pipeline; the saved answer is then taken as written).
+        env: An environment with the run's settings, in which each episode's saved turns are played
+            again (:func:`replay`); None for no replay (a pipeline).
 
     Returns:
         The episodes, each with its metrics recomputed against the current gold.
@@ -339,7 +429,7 @@ def check_saved(saved: Mapping[int, EpisodeResult], examples: Sequence[QAExample
                              f"{len(examples)})")
         if episode.error is not None:
             raise ValueError(f"{where}, field 'error': a failed episode is never saved, got {episode.error!r}")
-        metrics = recompute(episode, examples[position], where, protocol)
+        metrics = recompute(episode, examples[position], where, protocol, env)
         out[position] = EpisodeResult(episode.example_id, episode.question, list(examples[position].answers),
                                       episode.answer, episode.messages, episode.steps, metrics)
     return out

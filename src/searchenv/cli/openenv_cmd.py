@@ -26,12 +26,16 @@ def serve_openenv(
         typer.Option(help="LOW HIGH of a step's reward, for a reward whose range is not computed "
                           "(the published ones)."),
     ] = None,
-    top_k: Annotated[int, typer.Option(min=1)] = 3,
+    mode: Annotated[str, typer.Option(
+        help="training: every step's reward and reward terms (what a trainer needs); evaluation: no reward, term or "
+             "metric before the episode ends, the return at the end (what a benchmark must use).")] = "training",
+    top_k: Annotated[int, typer.Option(help="Documents per search (1 to 100).", min=1, max=100)] = 3,
     max_turns: Annotated[int, typer.Option(min=1)] = 4,
     max_doc_chars: Annotated[int, typer.Option(min=1)] = 1500,
     max_sessions: Annotated[int, typer.Option(help="Most sessions at once; more are refused.", min=1)] = 64,
     idle_timeout: Annotated[float, typer.Option(
-        help="Seconds a session may go without a message before it is closed and reclaimed.", min=0.01)] = 300.0,
+        help="Seconds a session may go without a message before it is closed and reclaimed (1 to 86400).",
+        min=1.0, max=86400.0)] = 300.0,
     host: Annotated[str, typer.Option(help="Interface to bind; 0.0.0.0 exposes the server to the network.")] = (
         "127.0.0.1"
     ),
@@ -74,7 +78,8 @@ def serve_openenv(
         secret = _read_token(ctx, token, token_file)
         with data_warnings_to_stderr():
             service = SearchQAService(task, retriever=index, corpus=corpus, split=split, protocol=protocol,
-                                      reward=reward, reward_range=reward_range, top_k=top_k, max_turns=max_turns,
+                                      reward=reward, reward_range=reward_range, mode=mode, top_k=top_k,
+                                      max_turns=max_turns,
                                       max_doc_chars=max_doc_chars)
         if manifest is not None:
             counts = {name: len(exs) for name, exs in service.splits.items()}
@@ -82,8 +87,10 @@ def serve_openenv(
             from searchenv.corpus import atomic_write_lines
 
             atomic_write_lines(manifest, manifest_text(service.reward_range, tools=tools, task_counts=counts,
-                                                       port=port, episode_timeout_s=idle_timeout).splitlines())
-            typer.echo(f"wrote {manifest} (a step's reward in [{service.reward_range[0]}, "
+                                                       port=port, episode_timeout_s=idle_timeout,
+                                                       mode=service.mode).splitlines())
+            what = "a step's reward" if service.mode == "training" else "an episode's return"
+            typer.echo(f"wrote {manifest} ({service.mode} mode: {what} in [{service.reward_range[0]}, "
                        f"{service.reward_range[1]}])", err=True)
             return
         app = create_app(service, max_sessions=max_sessions, idle_timeout=idle_timeout, token=secret,
@@ -96,8 +103,8 @@ def serve_openenv(
     if not _is_loopback(host):
         typer.echo(f"warning: binding {host} makes the environment reachable from other machines"
                    + ("" if secret else " by anyone (no --token given)"), err=True)
-    typer.echo(f"serving {task} as OpenEnv environment 'searchqa' on http://{host}:{port} (WebSocket /ws, "
-               f"MCP /mcp)", err=True)
+    typer.echo(f"serving {task} as OpenEnv environment 'searchqa' in {service.mode} mode on http://{host}:{port} "
+               "(WebSocket /ws, MCP /mcp)", err=True)
     uvicorn.Server(uvicorn_config(app, host, port, max_message_bytes=max_body_bytes, connections=connections,
                                   log_level=log_level)).run()
 

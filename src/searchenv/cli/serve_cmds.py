@@ -55,9 +55,10 @@ def _read_token(ctx: typer.Context, token: str | None, token_file: Path | None) 
 
     Raises:
         ValueError: If both a token and a file are given, or the file is unreadable, empty or
-            holds a token that cannot travel in a header.
+            holds a token that cannot travel in a header, or the token is shorter than
+            :data:`~searchenv.utils.httpclient.MIN_SERVER_TOKEN_CHARS`.
     """
-    from searchenv.utils.httpclient import check_token
+    from searchenv.utils.httpclient import check_server_token
 
     if token and token_file is not None:
         raise ValueError("give --token (or SEARCHENV_TOKEN) or --token-file, not both")
@@ -72,7 +73,8 @@ def _read_token(ctx: typer.Context, token: str | None, token_file: Path | None) 
             raise ValueError(f"cannot read --token-file {token_file}: {exc}") from None
         if not token:
             raise ValueError(f"--token-file {token_file} is empty")
-    return check_token(token) if token else None
+        return check_server_token(token, f"--token-file {token_file}")
+    return check_server_token(token, "--token (or SEARCHENV_TOKEN)") if token else None
 
 
 def serve(

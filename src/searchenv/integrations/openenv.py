@@ -38,12 +38,13 @@ import contextlib
 import functools
 import hmac
 import json
+import math
 import os
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from openenv.core.env_server.http_server import create_fastapi_app
 from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.mcp_types import (
     CallToolAction,
@@ -57,8 +58,9 @@ from pydantic import Field
 from starlette.exceptions import HTTPException
 
 from searchenv.env import SearchQAEnv
-from searchenv.info import client_info
-from searchenv.integrations.openenv_manifest import check_range, step_reward_range
+from searchenv.info import check_mode, client_info, client_reward
+from searchenv.integrations.openenv_manifest import check_range, episode_reward_range, step_reward_range
+from searchenv.integrations.openenv_sessions import TRANSPORT, SessionServer
 from searchenv.make import check_evidence, resolve_task, shared_retriever
 from searchenv.protocols.registry import protocol_names
 from searchenv.protocols.tools import tool_turn_text
@@ -66,13 +68,20 @@ from searchenv.retrievers.base import Hit, Retriever
 from searchenv.rewards import get_reward
 from searchenv.serving.server import DEFAULT_ALLOWED_HOSTS, _host_allowed
 from searchenv.tasks.example import QAExample
-from searchenv.utils.httpclient import check_token
+from searchenv.utils.httpclient import check_server_token
 from searchenv.utils.text import writable
 
 #: The environment's name in OpenEnv's task routes (``/searchqa/splits`` ...).
 ENV_NAME = "searchqa"
 #: Most task specs one task-API answer lists.
 MAX_TASKS_PER_ANSWER = 1000
+#: The least and greatest idle timeout in seconds a server takes (below a second a WebSocket handshake cannot finish).
+IDLE_TIMEOUT_BOUNDS = (1.0, 86400.0)
+#: The least and greatest ``top_k`` a server takes (``searchenv serve``'s default ``--max-topk``).
+TOP_K_BOUNDS = (1, 100)
+#: Seconds ``/health`` reuses its last look at the retriever, and waits at most for a new one.
+HEALTH_TTL_S = 2.0
+HEALTH_WAIT_S = 5.0
 
 
 class SearchQAObservation(CallToolObservation):
@@ -128,20 +137,27 @@ class SearchQAService:
             with :func:`~searchenv.protocols.register_protocol`.
         reward: A preset name or ``{term: weight}``.
         reward_range: The declared range of a step's reward (default: :func:`step_reward_range`).
-        **env_kwargs: ``top_k``, ``max_turns``, ``max_doc_chars``, ``max_turn_chars`` ... for
-            :class:`~searchenv.env.SearchQAEnv`.
+        mode: ``training`` (every step's reward and terms) or ``evaluation`` (no reward, term or metric
+            before the episode ends; the last observation carries the return): :data:`searchenv.info.MODES`.
+        **env_kwargs: ``top_k`` (within :data:`TOP_K_BOUNDS`), ``max_turns``, ``max_doc_chars``,
+            ``max_turn_chars`` ... for :class:`~searchenv.env.SearchQAEnv`.
 
     Raises:
-        ValueError: On an unknown protocol, task or split, or a reward whose range cannot be bounded.
+        ValueError: On an unknown protocol, task or split, a ``top_k`` out of bounds, or a reward whose
+            range cannot be bounded.
     """
 
     def __init__(self, task: str | os.PathLike[str], *, retriever: str | os.PathLike[str] | Retriever,
                  corpus: str | os.PathLike[str] | None = None, split: str = "train", protocol: str = "tools",
                  reward: str | Mapping[str, float] = "default", reward_range: Sequence[float] | None = None,
-                 **env_kwargs: Any) -> None:
+                 mode: str = "training", **env_kwargs: Any) -> None:
+        self.mode = check_mode(mode)
         tool_calls = protocol_names(native_tools=True)  # each call is a turn: any tool-call protocol serves
         if protocol not in tool_calls:
             raise ValueError(f"protocol must be one of {', '.join(tool_calls)} (tool calls), got {protocol!r}")
+        top_k = env_kwargs.get("top_k", 3)
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or not TOP_K_BOUNDS[0] <= top_k <= TOP_K_BOUNDS[1]:
+            raise ValueError(f"top_k must be an integer in [{TOP_K_BOUNDS[0]}, {TOP_K_BOUNDS[1]}], got {top_k!r}")
         from searchenv.tasks.qa_files import looks_like_file
 
         self.task = str(task)
@@ -169,10 +185,21 @@ class SearchQAService:
         self.env_kwargs = {"protocol": protocol, "reward": reward, **env_kwargs}
         probe = SearchQAEnv(self.splits[split], retriever=self.retriever, **self.env_kwargs)
         self.tools = probe.protocol.tools
-        self.reward_range = (check_range(reward_range) if reward_range is not None
-                             else step_reward_range(get_reward(reward), probe.protocol))
+        #: The range of a reward a client is sent: a step's in training mode, an episode's in evaluation mode.
+        self.step_range = (check_range(reward_range) if reward_range is not None
+                           else step_reward_range(get_reward(reward), probe.protocol))
+        self.reward_range = (self.step_range if self.mode == "training"
+                             else episode_reward_range(self.step_range, probe.max_turns))
         self._free: dict[str, list[SearchQAEnv]] = {name: [probe] if name == split else [] for name in self.splits}
         self._lock = threading.Lock()
+
+    def readiness(self) -> str | None:
+        """Why the retriever cannot answer a search now (one search of one document), or None when it can."""
+        try:
+            self.retriever.search_batch(["health check"], 1)
+        except Exception as exc:  # noqa: BLE001 - whatever stops a search makes the server unready
+            return f"the retriever cannot answer: {type(exc).__name__}: {str(exc)[:300]}"
+        return None
 
     def acquire(self, split: str) -> SearchQAEnv:
         """A free environment over ``split``'s questions (built when none is free).
@@ -301,9 +328,10 @@ class SearchQAEnvironment(Environment):
         new = env.messages()[before:]
         reply = new[-1]["content"] if len(new) > 1 else info["new_text"]
         done = bool(terminated or truncated)
+        shown, terms = client_reward(float(reward), info, done=done, mode=self.service.mode)
         return SearchQAObservation(tool_name=writable(action.tool_name), result=reply, done=done,
-                                   reward=float(reward), reward_terms=dict(info["reward_terms"]),
-                                   messages=_json_safe(new), metadata=_json_safe(client_info(info, done=done)))
+                                   reward=shown, reward_terms=terms, messages=_json_safe(new),
+                                   metadata=_json_safe(client_info(info, done=done, mode=self.service.mode)))
 
     @property
     def state(self) -> SearchQAState:
@@ -317,11 +345,14 @@ class SearchQAEnvironment(Environment):
     def get_metadata(self) -> EnvironmentMetadata:
         """Name, description and version for ``/metadata``."""
         low, high = self.service.reward_range
+        shown = ("a step's reward lies in" if self.service.mode == "training" else
+                 "no reward, reward term or metric before the episode ends; the last observation's reward, the "
+                 "episode's return, lies in")
         return EnvironmentMetadata(
             name="SearchQA-v0", version="0",
             description=(f"Answer a question by searching a corpus with tool calls "
                          f"({', '.join(t['function']['name'] for t in self.service.tools)}); task "
-                         f"{self.service.task}; a step's reward lies in [{low}, {high}]."))
+                         f"{self.service.task}; mode: {self.service.mode} ({shown} [{low}, {high}])."))
 
     def close(self) -> None:
         """Hand the session's environment back to the pool."""
@@ -390,21 +421,27 @@ class _Guard:
     ``max_body_bytes`` (413). WebSocket: the same Host and token checks, and an ``Origin`` (a
     browser's page) must name this server, else the handshake is refused (403); a connection that
     sends no message for ``idle_timeout`` seconds is closed (1000, with the reason), which ends its
-    session. The HTTP server's request timeout bounds only the handshake's arrival.
+    session. The HTTP server's request timeout bounds only the handshake's arrival. ``GET /health``
+    answers 503 with the reason while ``ready`` names one (the retriever cannot answer), looking again
+    at most every :data:`HEALTH_TTL_S` seconds and waiting at most :data:`HEALTH_WAIT_S` for an answer.
     """
 
     def __init__(self, app: Any, *, token: str | None, allowed_hosts: Sequence[str], max_body_bytes: int,
-                 idle_timeout: float) -> None:
+                 idle_timeout: float, ready: Any = None) -> None:
         self.app = app
-        self.token = check_token(token).encode() if token else None
+        self.token = check_server_token(token).encode() if token else None
         self.hosts = {h.lower() for h in allowed_hosts}
         self.max_body_bytes = max_body_bytes
         self.idle_timeout = idle_timeout
+        self.ready = ready
+        self._probe: asyncio.Future[str | None] | None = None
+        self._probed_at = 0.0
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
+        TRANSPORT.set(scope["type"])
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         problem = self._refusal(scope, headers)
         if scope["type"] == "websocket":
@@ -417,10 +454,30 @@ class _Guard:
         if problem is not None:
             await _send_json(send, *problem)
             return
+        if self.ready is not None and scope.get("method") == "GET" and scope.get("path", "").rstrip("/") == "/health":
+            reason = await self._readiness()
+            if reason is not None:
+                body = json.dumps({"status": "unhealthy", "error": reason, "detail": reason}).encode()
+                await send({"type": "http.response.start", "status": 503,
+                            "headers": [(b"content-type", b"application/json"),
+                                        (b"content-length", str(len(body)).encode())]})
+                await send({"type": "http.response.body", "body": body})
+                return
         if scope.get("method") == "POST":
             await self._post(scope, headers, receive, send)
             return
         await self.app(scope, receive, send)
+
+    async def _readiness(self) -> str | None:
+        """Why the server cannot serve a search now, else None (one look shared by concurrent requests)."""
+        now = time.monotonic()
+        if self._probe is None or (self._probe.done() and now - self._probed_at > HEALTH_TTL_S):
+            self._probed_at = now
+            self._probe = asyncio.ensure_future(asyncio.to_thread(self.ready))
+        try:
+            return await asyncio.wait_for(asyncio.shield(self._probe), HEALTH_WAIT_S)
+        except asyncio.TimeoutError:
+            return f"the retriever has not answered a search within {HEALTH_WAIT_S:g} s"
 
     def _refusal(self, scope: dict[str, Any], headers: dict[str, str]) -> tuple[int, str] | None:
         host = headers.get("host", "")
@@ -541,9 +598,13 @@ def create_app(service: SearchQAService, *, max_sessions: int = 64, idle_timeout
 
     Args:
         service: The shared questions and retriever.
-        max_sessions: Most sessions at once; one more is refused with OpenEnv's ``CAPACITY_REACHED``.
-        idle_timeout: Seconds a session may go without a message before it is closed and reclaimed.
-        token: Bearer token required on every route; None for none.
+        max_sessions: Most sessions at once; one more takes the place of the longest-idle abandoned
+            session made over HTTP, or is refused with OpenEnv's ``CAPACITY_REACHED`` saying how long to
+            wait (:class:`~searchenv.integrations.openenv_sessions.SessionServer`).
+        idle_timeout: Seconds a session may go without a message before it is closed and reclaimed
+            (within :data:`IDLE_TIMEOUT_BOUNDS`).
+        token: Bearer token required on every route (at least
+            :data:`~searchenv.utils.httpclient.MIN_SERVER_TOKEN_CHARS` characters); None for none.
         allowed_hosts: Names accepted in the ``Host`` header besides IP addresses (``"*"``: any).
         max_body_bytes: Largest HTTP body (a WebSocket message's limit is set in :func:`uvicorn_config`).
 
@@ -556,16 +617,23 @@ def create_app(service: SearchQAService, *, max_sessions: int = 64, idle_timeout
     for name, value in (("max_sessions", max_sessions), ("max_body_bytes", max_body_bytes)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    if not idle_timeout > 0:
-        raise ValueError(f"idle_timeout must be positive, got {idle_timeout!r}")
+    low, high = IDLE_TIMEOUT_BOUNDS
+    if isinstance(idle_timeout, bool) or not isinstance(idle_timeout, int | float) or not low <= idle_timeout <= high:
+        raise ValueError(f"idle_timeout must be a number of seconds in [{low:g}, {high:g}], got {idle_timeout!r}")
+    from fastapi import FastAPI
+
     factory = functools.partial(SearchQAEnvironment, service)
-    app = create_fastapi_app(
+    # what openenv's create_fastapi_app builds, with the server that makes room for new sessions
+    app = FastAPI(title="OpenEnv Environment HTTP API", version="1.0.0", docs_url="/docs", redoc_url="/redoc",
+                  openapi_url="/openapi.json")
+    server = SessionServer(
         factory, CallToolAction, SearchQAObservation,
         concurrency_config=ConcurrencyConfig(max_concurrent_envs=max_sessions, session_timeout=idle_timeout),
-        env_name=ENV_NAME, state_cls=SearchQAState, mode="production",
-        reset_observation_cls=SearchQAResetObservation)
+        env_name=ENV_NAME, state_cls=SearchQAState, reset_observation_cls=SearchQAResetObservation,
+        idle_timeout=float(idle_timeout))
+    server.register_routes(app, mode="production")
     return _Guard(app, token=token, allowed_hosts=allowed_hosts, max_body_bytes=max_body_bytes,
-                  idle_timeout=idle_timeout)
+                  idle_timeout=idle_timeout, ready=service.readiness)
 
 
 def uvicorn_config(app: Any, host: str = "127.0.0.1", port: int = 8000, *, max_message_bytes: int = 2 * 1024 * 1024,
@@ -592,6 +660,8 @@ ENVIRONMENT_VARIABLES: dict[str, tuple[str, str]] = {
     "SEARCHQA_CORPUS": ("corpus", ""),
     "SEARCHQA_PROTOCOL": ("protocol", "tools"),
     "SEARCHQA_REWARD": ("reward", "default"),
+    "SEARCHQA_REWARD_RANGE": ("reward_range", ""),
+    "SEARCHQA_MODE": ("mode", "training"),
     "SEARCHQA_TOP_K": ("top_k", "3"),
     "SEARCHQA_MAX_TURNS": ("max_turns", "4"),
     "SEARCHQA_MAX_DOC_CHARS": ("max_doc_chars", "1500"),
@@ -605,12 +675,19 @@ ENVIRONMENT_VARIABLES: dict[str, tuple[str, str]] = {
 def settings_from_environ(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The served settings from environment variables (:data:`ENVIRONMENT_VARIABLES`), checked.
 
+    Numbers must be positive; ``SEARCHQA_TOP_K`` lies in :data:`TOP_K_BOUNDS`, ``SEARCHQA_IDLE_TIMEOUT``
+    in :data:`IDLE_TIMEOUT_BOUNDS`; ``SEARCHENV_TOKEN``, when set, has at least
+    :data:`~searchenv.utils.httpclient.MIN_SERVER_TOKEN_CHARS` characters; ``SEARCHQA_REWARD_RANGE``
+    is ``LOW,HIGH`` (``serve-openenv --reward-range``), needed by a reward whose range is not computed.
+
     Raises:
-        ValueError: Naming the variable and its value, for a number that is not one or out of range.
+        ValueError: Naming the variable and its value (never the token's), for a number that is not one
+            or out of range, a short token, or a malformed range.
     """
     env = os.environ if environ is None else environ
     got: dict[str, Any] = {key: env.get(name, default) for name, (key, default) in ENVIRONMENT_VARIABLES.items()}
     kind = {"top_k": int, "max_turns": int, "max_doc_chars": int, "max_sessions": int, "idle_timeout": float}
+    bounds: dict[str, tuple[float, float]] = {"top_k": TOP_K_BOUNDS, "idle_timeout": IDLE_TIMEOUT_BOUNDS}
     for name, (setting, _) in ENVIRONMENT_VARIABLES.items():
         if setting not in kind:
             continue
@@ -620,10 +697,26 @@ def settings_from_environ(environ: Mapping[str, str] | None = None) -> dict[str,
             raise ValueError(f"{name} must be a number, got {got[setting]!r}") from None
         if not value > 0:  # NaN is not positive either
             raise ValueError(f"{name} must be positive, got {got[setting]!r}")
+        low, high = bounds.get(setting, (0, math.inf))
+        if not low <= value <= high:
+            raise ValueError(f"{name} must lie in [{low:g}, {high:g}], got {got[setting]!r}")
         got[setting] = value
     got["corpus"] = got["corpus"] or None
-    got["token"] = got["token"] or None
+    try:
+        check_mode(got["mode"])
+    except ValueError as exc:
+        raise ValueError(f"SEARCHQA_MODE: {exc}") from None
+    got["token"] = check_server_token(got["token"], "SEARCHENV_TOKEN") if got["token"] else None
     got["allowed_hosts"] = [h.strip() for h in got["allowed_hosts"].split(",") if h.strip()]
+    given = got["reward_range"].strip()
+    if given:
+        parts = given.replace(",", " ").split()
+        try:
+            got["reward_range"] = check_range([float(p) for p in parts])
+        except ValueError as exc:
+            raise ValueError(f"SEARCHQA_REWARD_RANGE must be LOW,HIGH (e.g. -1,1): {exc}; got {given!r}") from None
+    else:
+        got["reward_range"] = None
     return got
 
 
@@ -640,7 +733,8 @@ def app_from_environ(environ: Mapping[str, str] | None = None) -> Any:
     """
     s = settings_from_environ(environ)
     service = SearchQAService(s["task"], retriever=s["index"], corpus=s["corpus"], split=s["split"],
-                              protocol=s["protocol"], reward=s["reward"], top_k=s["top_k"],
+                              protocol=s["protocol"], reward=s["reward"], reward_range=s["reward_range"],
+                              mode=s["mode"], top_k=s["top_k"],
                               max_turns=s["max_turns"], max_doc_chars=s["max_doc_chars"])
     return create_app(service, max_sessions=s["max_sessions"], idle_timeout=s["idle_timeout"], token=s["token"],
                       allowed_hosts=[*DEFAULT_ALLOWED_HOSTS, *s["allowed_hosts"]])

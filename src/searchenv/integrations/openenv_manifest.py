@@ -38,7 +38,8 @@ def step_reward_range(reward: Reward, protocol: ActionProtocol) -> tuple[float, 
     """
     if not isinstance(reward, WeightedReward):
         raise ValueError(f"cannot bound the steps of reward {type(reward).__name__}: declare its range "
-                         "yourself (searchenv serve-openenv --reward-range LOW HIGH)")
+                         "yourself (searchenv serve-openenv --reward-range LOW HIGH, or "
+                         "SEARCHQA_REWARD_RANGE=LOW,HIGH for the packaged app)")
     low = high = 0.0
     for name, (weight, params) in reward.terms.items():
         a, b = _term_bounds(name, params, protocol)
@@ -47,6 +48,12 @@ def step_reward_range(reward: Reward, protocol: ActionProtocol) -> tuple[float, 
     if high <= low:  # OpenEnv needs a strictly increasing range (e.g. a reward of outcome weight 0)
         high = low + 1.0
     return low, high
+
+
+def episode_reward_range(step_range: tuple[float, float], max_turns: int) -> tuple[float, float]:
+    """Bounds on an episode's return, the sum of one to ``max_turns`` step rewards in ``step_range``."""
+    low, high = step_range
+    return min(low, max_turns * low), max(high, max_turns * high)
 
 
 def check_range(values: Any) -> tuple[float, float]:
@@ -73,6 +80,7 @@ def manifest(
     port: int = 8000,
     episode_timeout_s: float = 300.0,
     app: str = "server.app:app",
+    mode: str = "training",
 ) -> str:
     """``openenv.yaml`` for the served environment, as text (JSON, which YAML reads as it is).
 
@@ -85,11 +93,16 @@ def manifest(
         port: The port it is served on.
         episode_timeout_s: The declared episode timeout (the server's idle timeout).
         app: The ASGI app's import path (OpenEnv's package layout: ``server/app.py``).
+        mode: The server's mode (:data:`searchenv.info.MODES`): ``training`` sends every step's reward,
+            ``evaluation`` only the return at the end (``reward_range`` is then the return's).
 
     Returns:
         The manifest's text.
     """
+    from searchenv.info import check_mode
+
     low, high = check_range(reward_range)
+    check_mode(mode)
     doc = {
         "spec_version": 1,
         "name": name,
@@ -98,6 +111,7 @@ def manifest(
         "runtime": "fastapi",
         "app": app,
         "port": port,
+        "mode": mode,
         "validation": {
             "reward": {"range": [low, high], "oracle_tolerance": 0.0, "floor_margin": round((high - low) / 2, 6)},
             "resources": {"cpu": 1.0, "memory_mb": 2048, "disk_mb": 1024,

@@ -45,9 +45,15 @@ def build_index(
 
     Returns:
         The retriever over the new index.
-    """
-    from searchenv.corpus import read_corpus
 
+    Raises:
+        ValueError: Naming the corpus file, if it holds no document (a ``CorpusFormatError`` naming its
+            file, line and field if a line is malformed).
+    """
+    from searchenv.corpus import iter_corpus, read_corpus
+
+    if next(iter_corpus(corpus), None) is None:  # the first document read (and the file closed), or none
+        raise ValueError(f"{corpus}: cannot build an index over an empty corpus (the file holds no document)")
     shards = options.pop("shards", None)
     if shards not in (None, 1):
         from searchenv.retrievers.sharded import build_sharded

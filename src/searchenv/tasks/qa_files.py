@@ -39,6 +39,22 @@ def read_qa_jsonl(path: str | os.PathLike[str]) -> list[QAExample]:
     return out
 
 
+def example_where(path: str | os.PathLike[str], example_id: str) -> str | None:
+    """``"file:line"`` of the record whose id is ``example_id`` in QA file ``path``, or None if none is found.
+
+    For error messages about an example already read: the file is read again, and any problem in it
+    (gone, unreadable, malformed) gives None rather than a second error.
+    """
+    try:
+        for where, record in iter_jsonl(path, error=CorpusFormatError):
+            qid = record.get("id") if isinstance(record, dict) else None
+            if qid == example_id or (isinstance(qid, int) and not isinstance(qid, bool) and str(qid) == example_id):
+                return where
+    except (OSError, ValueError):
+        return None
+    return None
+
+
 def write_qa_jsonl(path: str | os.PathLike[str], examples: Iterable[QAExample]) -> None:
     """Write examples as FlashRAG QA JSONL, atomically.
 

@@ -60,6 +60,33 @@ def check_token(token: str) -> str:
     return token
 
 
+#: Fewest characters a server accepts in its bearer token: a short one is found by trying (a one-character
+#: token falls to a few dozen guesses).
+MIN_SERVER_TOKEN_CHARS = 16
+
+
+def check_server_token(token: str, source: str = "the token") -> str:
+    """Check a token a server will require: :func:`check_token`, and at least :data:`MIN_SERVER_TOKEN_CHARS` long.
+
+    Args:
+        token: The token.
+        source: Where it came from, for the message (``"SEARCHENV_TOKEN"``, ``"--token-file t.txt"``).
+
+    Returns:
+        ``token`` unchanged.
+
+    Raises:
+        ValueError: Naming ``source`` and the length (never the token), if it is shorter, or a
+            character cannot travel in a header.
+    """
+    check_token(token)
+    if len(token) < MIN_SERVER_TOKEN_CHARS:
+        raise ValueError(f"{source} has {len(token)} character(s); a server needs at least "
+                         f"{MIN_SERVER_TOKEN_CHARS} (a short token is found by trying): e.g. "
+                         "`python -c 'import secrets; print(secrets.token_urlsafe(24))'`")
+    return token
+
+
 def check_call_options(timeout: float, retries: int, backoff: float) -> None:
     """Validate the options every client of this module takes.
 

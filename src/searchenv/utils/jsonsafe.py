@@ -46,6 +46,45 @@ def _depth_exceeds(value: Any, max_depth: int) -> bool:
     return False
 
 
+def _deep_place(text: str, max_depth: int) -> str:
+    """Where in JSON ``text`` nesting first passes ``max_depth``: ``"line L column C, in field F"``.
+
+    A scan of the text (strings and escapes skipped, no parsing, no recursion) for messages about a
+    value too deep to parse; the field is the path of keys and indexes down to that point.
+    """
+    frames: list[list[Any]] = []  # per open container: [is_object, key or index]
+    line, column, in_string, escaped, last_string, start = 1, 0, False, False, "", 0
+    for i, char in enumerate(text):
+        column += 1
+        if char == "\n":
+            line, column = line + 1, 0
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string, last_string = False, text[start:i]
+            continue
+        if char == '"':
+            in_string, start = True, i + 1
+        elif char in "[{":
+            frames.append([char == "{", None if char == "{" else 0])
+            if len(frames) > max_depth:
+                path = "".join(f".{key}" if is_object else f"[{key}]" for is_object, key in frames[:-1]
+                               if key is not None).lstrip(".")
+                path = path if len(path) <= 60 else path[:60] + "..."
+                place = f"column {column}" if line == 1 else f"line {line} column {column}"
+                return place + (f", in field {path!r}" if path else "")
+        elif char in "]}" and frames:
+            frames.pop()
+        elif char == ":" and frames and frames[-1][0]:
+            frames[-1][1] = last_string
+        elif char == "," and frames and not frames[-1][0]:
+            frames[-1][1] += 1
+    return "an unknown place"
+
+
 #: A surrogate escape in JSON text (paired or not), or a surrogate code point itself.
 _SURROGATE_HINT = re.compile(r"\\u[dD][89a-fA-F]|[\ud800-\udfff]")
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
@@ -103,11 +142,13 @@ def loads(
         at = f"column {exc.colno}" if exc.lineno == 1 else f"line {exc.lineno} column {exc.colno}"
         raise error(f"{where}: invalid JSON at {at} ({exc.msg})") from None
     except RecursionError:
-        raise error(f"{where}: JSON nested too deeply") from None
+        limit = DEFAULT_MAX_DEPTH if max_depth is None else max_depth
+        raise error(f"{where}: JSON nested too deeply (deeper than {limit} levels at "
+                    f"{_deep_place(data, limit)})") from None
     except ValueError as exc:  # "Exceeds the limit (4300 digits) for integer string conversion"
         raise error(f"{where}: unusable JSON value ({exc})") from None
     if max_depth is not None and _depth_exceeds(value, max_depth):
-        raise error(f"{where}: JSON nested deeper than {max_depth} levels")
+        raise error(f"{where}: JSON nested deeper than {max_depth} levels (at {_deep_place(data, max_depth)})")
     if _SURROGATE_HINT.search(data) and (bad := _lone_surrogate(value)) is not None:
         field, text = bad
         raise error(f"{where}: {field} is not Unicode text: {text[:80]!r} holds a lone surrogate "

@@ -12,7 +12,9 @@ index, the questions and the reward live in the server's process (or on another 
                           environment_factory=make_env, args=GRPOConfig(...))
 
 A rollout's reward is the sum of the rewards the server sent for its calls; the tool replies, and so
-the returns, are the in-process tool env's for the same calls (a test replays them). Nothing derived
+the returns, are the in-process tool env's for the same calls (a test replays them). Against a server in
+evaluation mode (``serve-openenv --mode evaluation``) the whole return comes with the call that ends the
+episode, so a rollout cut off before then gets 0; train against a server in training mode. Nothing derived
 from the answer reaches the model before its episode ends (the server withholds it). Needs OpenEnv's
 client beside TRL: ``make`` builds ``.venv-openenv`` with both.
 """

@@ -472,6 +472,8 @@ def test_sft_stops_when_max_minutes_is_spent(tmp_path: Path, qa_file: Path, corp
     out = train_sft(cfg, policy=tiny_policy(seed=0))
     assert out["step"] == 1 and len(read_metrics(cfg.output_dir)) == 1
     assert torch.load(Path(cfg.output_dir) / "checkpoint.pt", weights_only=True)["step"] == 1
+    again = train_sft(cfg, policy=tiny_policy(seed=0), resume=True)  # ended by its budget: no step more
+    assert again["step"] == 1 and len(read_metrics(cfg.output_dir)) == 1
     with pytest.raises(ValueError, match="max_minutes must be a positive number"):
         _sft_cfg(tmp_path, qa_file, corpus_file, max_minutes=0)
 
@@ -483,6 +485,8 @@ def test_grpo_stops_when_max_minutes_is_spent(tmp_path: Path, qa_file: Path, cor
     out = train_grpo(cfg, policy=tiny_policy(seed=0), reward=toy_reward)
     assert out["step"] == 1 and len(read_metrics(cfg.output_dir)) == 1
     assert torch.load(Path(cfg.output_dir) / "checkpoint.pt", weights_only=True)["step"] == 1
+    again = train_grpo(cfg, policy=tiny_policy(seed=0), reward=toy_reward, resume=True)
+    assert again["step"] == 1 and len(read_metrics(cfg.output_dir)) == 1
 
 
 def test_frozen_layers_reused_give_the_whole_models_logprobs(tmp_path: Path, qa_file: Path,

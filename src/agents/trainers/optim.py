@@ -101,6 +101,16 @@ class TimeBudget:
         self.spent = spent
         self.done = done
 
+    def ended(self, step: int, scheduler: torch.optim.lr_scheduler.LambdaLR) -> bool:
+        """Whether a run resumed at ``step`` had already ended: its budget had moved the schedule's end there.
+
+        A resumed run must not take steps its first process decided against (their learning rate is 0,
+        yet each would cost a step's time and add a line of metrics).
+        """
+        if self.seconds is None or step == 0:
+            return False
+        return any(isinstance(fn, Schedule) and fn.total <= step * self.per_step for fn in scheduler.lr_lambdas)
+
     def after_step(self, step: int, seconds: float, scheduler: torch.optim.lr_scheduler.LambdaLR) -> bool:
         """Count a finished step; refit the schedule's end. Returns True when no further step fits."""
         if self.seconds is None:

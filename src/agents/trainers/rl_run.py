@@ -173,7 +173,12 @@ class RLRun:
             self.on_checkpoint()
 
     def steps(self) -> Iterator[int]:
-        """The steps still to do, ``start + 1`` to ``cfg.steps``, each recorded in :attr:`step` as it begins."""
+        """The steps still to do, ``start + 1`` to ``cfg.steps``, each recorded in :attr:`step` as it begins.
+
+        None when the run was resumed after its time budget had ended it.
+        """
+        if self.budget.ended(self.start, self.scheduler):
+            return
         for step in range(self.start + 1, self.cfg.steps + 1):
             self.step = step
             yield step

@@ -368,7 +368,8 @@ def train_sft(
     frozen = FrozenLayers(model, cfg.train_layers) if cfg.train_layers is not None and cfg.reuse_frozen else None
     corpus = CorpusPassages(cfg, policy) if cfg.corpus_steps else None
     step = start
-    for step in range(start + 1, cfg.steps + 1):
+    # a run resumed after its time budget ended it takes no further step
+    for step in range(start + 1, start if budget.ended(start, sched) else cfg.steps + 1):
         timer = Timer()
         reading = corpus is not None and step <= cfg.corpus_steps
         if reading:

@@ -22,12 +22,16 @@ Claims, in the order they are settled (``--claim``):
 | ``frugal`` | FrugalRAG | outcome + 0.1 a search vs outcome | searches (lower); EM (equal, 0.05) |
 | ``research-second-hop`` | ReSearch / Search-R1 | GRPO on 2-hop from a 1-hop-only start vs it | 2-hop EM (higher) |
 
-``research-second-hop`` starts from a model of its own, built here first: ``--base`` fine-tuned on
-synthetic-1hop oracle demonstrations only (``START_RECIPES``; every packaged checkpoint has seen 2-hop).
 | ``rex`` | REX-RAG | GRPO + 2 probes a dead-end group vs GRPO, 4-hop | dev EM (higher) |
 | ``ur2`` | UR2 | the UR2 curriculum vs uniform sampling, mixed | dev EM (higher) |
-| ``mmoa`` | MMOA-RAG | joint MAPPO vs training one role | dev EM (higher) |
+| ``mmoa`` | MMOA-RAG | joint MAPPO vs MAPPO training one role (each of three) | dev EM (higher) |
 | ``r3rag-transfer`` | R3-RAG | process vs outcome, both evaluated with dense and hybrid retrieval | EM (higher) |
+
+Two claims start from a model of their own, built here first from ``--base`` (``START_RECIPES``):
+``research-second-hop`` from SFT on synthetic-1hop oracle demonstrations only (every packaged
+checkpoint has seen 2-hop), ``mmoa`` from SFT on the ``mmoa-oracle`` pipeline's role turns (the
+paper's warm start); ``mmoa``'s arms are evaluated as the ``mmoa-llm`` pipeline, the model in every role,
+and share the F1 reward.
 
 The mean training EM over the steps is the area under the learning curve.
 
@@ -71,8 +75,9 @@ ROOT = _HERE.parent
 class Arm:
     """One side of a claim: how it trains from the shared start (``trainer="none"``: the start as it is)."""
 
-    trainer: str = "grpo"
-    reward: dict[str, float] = field(default_factory=lambda: dict(OUTCOME))
+    trainer: str = "grpo"  # grpo, ppo, mappo (a pipeline's roles) or none
+    # term weights; a MAPPO arm's shared reward may be a metric name (f1, em, contains)
+    reward: dict[str, float] | str = field(default_factory=lambda: dict(OUTCOME))
     options: dict[str, Any] = field(default_factory=dict)
     # the retriever of the held-out evaluation (training always searches with BM25): bm25, dense or hybrid;
     # an arm that differs only here shares the BM25 arm's training run
@@ -100,6 +105,7 @@ class Claim:
     comparisons: tuple[Comparison, ...]
     pending: str | None = None  # why claims.py cannot run it yet
     start: str | None = None  # a start of START_RECIPES instead of --start
+    pipeline: str | None = None  # evaluated as this pipeline with the policy in every role (else a greedy agent)
 
 
 @dataclass(frozen=True)
@@ -111,12 +117,16 @@ class StartRecipe:
     steps: int = 40
     batch: int = 8
     lr: float = 3e-4
+    # demonstrations of the mmoa-oracle pipeline's role turns (MAPPO's warm start) instead of the oracle agent's
+    pipeline: bool = False
 
 
 #: Starts built here (cached in ``<out>/start-<name>/model``).
 START_RECIPES: dict[str, StartRecipe] = {
     # taught only single-hop questions: what RL must then extend to a second hop
     "sft-1hop": StartRecipe("synthetic-1hop"),
+    # every role of the MMOA pipeline (rewriter, selector, generator) played by one model, as the paper warms up
+    "mmoa-sft": StartRecipe("synthetic-2hop", pipeline=True),
 }
 
 
@@ -146,9 +156,12 @@ CLAIMS: dict[str, Claim] = {
         {"curriculum": Arm(options={"curriculum": "ur2", "hard_share": [0.25, 1.0]}), "uniform": Arm()},
         (Comparison("curriculum", "uniform", "em", "higher"),)),
     "mmoa": Claim(
-        "MMOA-RAG", "training every role jointly (MAPPO) beats training one role", "synthetic-2hop", {},
-        (), pending="its arms are MAPPO runs of benchmarks/mmoa_rag.py (roles, pipelines), not yet run over seeds "
-                    "by claims.py"),
+        "MMOA-RAG", "training every role jointly (MAPPO) beats training any one role", "synthetic-2hop",
+        {"joint": Arm(trainer="mappo", reward="f1"),
+         **{f"{role} only": Arm(trainer="mappo", reward="f1", options={"train_roles": [role]})
+            for role in ("rewriter", "selector", "generator")}},
+        tuple(Comparison("joint", f"{role} only", "em", "higher") for role in ("rewriter", "selector", "generator")),
+        start="mmoa-sft", pipeline="mmoa-llm"),
     "r3rag-transfer": Claim(
         "R3-RAG", "a policy trained with BM25 keeps its gain under dense and hybrid retrieval", "synthetic-2hop",
         {f"{name}@{ret}": Arm(reward=reward, retriever=ret) for ret in ("dense", "hybrid")
@@ -234,8 +247,12 @@ def eval_retriever(args: argparse.Namespace, task: str, name: str) -> Any:
     return HybridRetriever([resolve_retriever("bm25", corpus), resolve_retriever("dense", corpus)])
 
 
-def greedy(args: argparse.Namespace, policy: Any) -> Any:
-    """The policy as a greedy agent with its protocol's own system prompt."""
+def greedy(args: argparse.Namespace, policy: Any, pipeline: str | None = None) -> Any:
+    """The policy as a greedy agent with its protocol's own system prompt, or in every role of ``pipeline``."""
+    if pipeline is not None:
+        from agents.baselines.pipelines import make_pipeline
+
+        return make_pipeline(pipeline, policy=policy, max_new_tokens=args.max_new_tokens)
     from agents.baselines import make_agent
 
     return make_agent("llm", policy=policy, max_new_tokens=args.max_new_tokens, temperature=0.0)
@@ -293,14 +310,17 @@ def build_start(args: argparse.Namespace, recipe: StartRecipe, steps: int, demos
     """SFT of ``--base`` by a start recipe (resumable), saved as a model folder (written aside, then renamed)."""
     from agents.devices import resolve_device
     from agents.policies.hf import HFPolicy
+    from agents.trainers.mappo_sft import MAPPOSFTConfig
     from agents.trainers.sft import SFTConfig, train_sft
 
     run = folder.parent / "sft"
-    cfg = SFTConfig(output_dir=str(run), task=recipe.task, num_demos=demos, steps=steps,
-                    batch_size=recipe.batch, micro_batch_size=4, learning_rate=recipe.lr, lr_schedule="cosine",
-                    warmup_steps=2, train_layers=args.train_layers or None, top_k=args.top_k,
-                    max_turns=args.max_turns, max_doc_chars=args.max_doc_chars, save_every=5, progress=False,
-                    log_every=5, threads=args.threads, device=args.device)
+    fields = {"output_dir": str(run), "task": recipe.task, "num_demos": demos, "steps": steps,
+              "batch_size": recipe.batch, "micro_batch_size": 4, "learning_rate": recipe.lr, "lr_schedule": "cosine",
+              "warmup_steps": 2, "train_layers": args.train_layers or None, "top_k": args.top_k,
+              "max_doc_chars": args.max_doc_chars, "save_every": 5, "progress": False, "log_every": 5,
+              "threads": args.threads, "device": args.device}
+    cfg = (MAPPOSFTConfig(**fields, max_new_tokens=args.max_new_tokens) if recipe.pipeline
+           else SFTConfig(**fields, max_turns=args.max_turns))
     resume = (run / "checkpoint.pt").is_file()
     policy = HFPolicy.from_pretrained(args.base, device=resolve_device(args.device))
     out = train_sft(cfg, policy=policy, resume=resume, overwrite=not resume)
@@ -312,7 +332,8 @@ def build_start(args: argparse.Namespace, recipe: StartRecipe, steps: int, demos
 
 def train_config(args: argparse.Namespace, task: str, arm: Arm, seed: int, run_dir: Path) -> tuple[Any, Any]:
     """``(config, train function)`` of one seed of an arm."""
-    common = {"output_dir": str(run_dir), "task": task, "split": "train", "reward": dict(arm.reward),
+    common = {"output_dir": str(run_dir), "task": task, "split": "train",
+              "reward": arm.reward if isinstance(arm.reward, str) else dict(arm.reward),
               "steps": args.steps, "learning_rate": args.lr, "train_layers": args.train_layers or None, "seed": seed,
               "kl_coef": 0.0, "temperature": 1.0, "top_k": args.top_k, "max_turns": args.max_turns,
               "max_doc_chars": args.max_doc_chars, "max_new_tokens": args.max_new_tokens, "micro_batch_size": 4,
@@ -322,14 +343,19 @@ def train_config(args: argparse.Namespace, task: str, arm: Arm, seed: int, run_d
         from agents.trainers.ppo import PPOConfig, train_ppo
 
         return PPOConfig(batch_size=args.batch * args.group, samples_per_question=1, **common), train_ppo
+    if arm.trainer == "mappo":  # each role acts once: no turn budget
+        from agents.trainers.mappo import MAPPOConfig, train_mappo
+
+        common.pop("max_turns")
+        return MAPPOConfig(batch_size=args.batch, samples_per_question=args.group, **common, **arm.options), train_mappo
     from agents.trainers.grpo import GRPOConfig, train_grpo
 
     options = {k: tuple(v) if isinstance(v, list) else v for k, v in arm.options.items()}
     return GRPOConfig(batch_size=args.batch, group_size=args.group, **common, **options), train_grpo
 
 
-def run_one(args: argparse.Namespace, task: str, arm: Arm, seed: int) -> dict[str, Any]:
-    """Train (or continue) one seed of an arm, evaluate it, cache and return its result."""
+def run_one(args: argparse.Namespace, task: str, arm: Arm, seed: int, pipeline: str | None = None) -> dict[str, Any]:
+    """Train (or continue) one seed of an arm, evaluate it (as ``pipeline``'s roles if given), cache its result."""
     key = run_key(args, task, arm, seed)
     path = args.out / f"{key}.json"
     if path.is_file():
@@ -348,8 +374,8 @@ def run_one(args: argparse.Namespace, task: str, arm: Arm, seed: int) -> dict[st
         curve = read_metrics(run_dir)
     train_s = time.perf_counter() - t0
     policy.model.eval()
-    row = evaluate_run(args, greedy(args, policy), task, arm.retriever)
-    closed = evaluate_run(args, greedy(args, policy), task, "closed-book")["em"]
+    row = evaluate_run(args, greedy(args, policy, pipeline), task, arm.retriever)
+    closed = evaluate_run(args, greedy(args, policy, pipeline), task, "closed-book")["em"]
     result = {"key": key, "task": task, "trainer": arm.trainer, "reward": arm.reward, "options": arm.options,
               "seed": seed, "steps": steps, "train_seconds": train_s, "settings": settings(args, task),
               "train_em": sum(float(r.get("em", 0.0)) for r in curve) / len(curve) if curve else None,
@@ -390,7 +416,7 @@ def sweep(args: argparse.Namespace, name: str, started: float) -> None:
             if args.max_minutes is not None and time.perf_counter() - started > 60 * args.max_minutes:
                 print(f"{name}: --max-minutes reached; run the same command again to continue", flush=True)
                 return
-            run_one(args, claim.task, arm, seed)
+            run_one(args, claim.task, arm, seed, claim.pipeline)
 
 
 def kept(args: argparse.Namespace) -> Path:

@@ -116,6 +116,15 @@ def test_a_toy_sweep_runs_reports_and_continues(tmp_path: Path) -> None:
     rows = json.loads((results / "claims.json").read_text(encoding="utf-8"))["claims"]["research-second-hop"]
     assert [r["seeds"] for r in rows["comparisons"]] == [2]
     assert "Start: sft-1hop from" in doc.read_text(encoding="utf-8")
+    # MMOA-RAG: its own warm start on the oracle pipeline's role turns, then MAPPO arms evaluated as the pipeline
+    mmoa = [*own[:2], "--claim", "mmoa", *own[own.index("--base"):]]
+    mmoa[mmoa.index("--seeds") + 1] = "1"
+    ran = subprocess.run(mmoa, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    rows = json.loads((results / "claims.json").read_text(encoding="utf-8"))["claims"]["mmoa"]["comparisons"]
+    assert [(r["a"], r["b"], r["seeds"]) for r in rows] == [("joint", f"{role} only", 1)
+                                                           for role in ("rewriter", "selector", "generator")]
+    assert len(list(out.glob("synthetic-2hop-mappo-*-s0.json"))) == 4
     # the committed copies are enough to report on a machine that never had the run folders
     for p in out.iterdir():
         if p.is_file():

@@ -66,7 +66,8 @@ def train(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     settings = {**SETTINGS, "task": "synthetic-mixed"}
     if not demos.is_file():
         records = [r for kind in KINDS for r in
-                   oracle_transcripts(SFTConfig(output_dir=str(run), **{**settings, "task": kind}), args.demos)]
+                   oracle_transcripts(SFTConfig(output_dir=str(run), **{**settings, "task": kind}), args.demos,
+                                              plan=args.oracle == "oracle-plan")]
         tmp = demos.with_name(demos.name + ".tmp")
         tmp.parent.mkdir(parents=True, exist_ok=True)
         tmp.write_text("".join(json.dumps({"messages": r["messages"], "metrics": r["metrics"]}) + "\n"
@@ -100,8 +101,8 @@ def score(agent: Any, task: str, args: argparse.Namespace, retriever: str = "bm2
                       env_kwargs={"max_doc_chars": SETTINGS["max_doc_chars"]}, seed=0,
                       checkpoint_dir=Path(args.run) / "eval" / task,
                       checkpoint_settings={"run": str(Path(args.run).resolve()),
-                                           "args": {k: getattr(args, k) for k in ("run", "minutes", "max_steps",
-                                                                                  "demos", "train_layers", "lr", "n")},
+                                           "args": {k: getattr(args, k) for k in ("run", "minutes", "max_steps", "demos",
+                                                                                  "oracle", "train_layers", "lr", "n")},
                                            **({"start": args.start} if args.start != "searcher" else {})})
     seconds = time.perf_counter() - start
     resumed = result.config.get("resumed", 0) or 0
@@ -123,6 +124,8 @@ def main() -> None:
     parser.add_argument("--max-steps", type=int, default=1000, help="SFT steps at most (the budget ends it first).")
     parser.add_argument("--demos", type=int, default=100,
                         help="Train questions the oracle demonstrates, of each kind (1- to 4-hop, comparison).")
+    parser.add_argument("--oracle", default="oracle", choices=("oracle", "oracle-plan"),
+                        help="The demonstrating agent: oracle-plan writes the chain of sub-questions first.")
     parser.add_argument("--train-layers", type=int, default=6, help="Layers from the top that train; 0: all.")
     parser.add_argument("--lr", type=float, default=2e-4)
     parser.add_argument("--n", type=int, default=100, help="Test questions per task.")
@@ -148,7 +151,7 @@ def main() -> None:
     print(json.dumps({"closed_book_em": closed["em"]}), flush=True)
     load_after = os.getloadavg()
     start = "The packaged searcher" if args.start == "searcher" else f"`{args.start}`"
-    lines = [f"{start} fine-tuned on oracle demonstrations of every kind of question on "
+    lines = [f"{start} fine-tuned on `{args.oracle}` demonstrations of every kind of question on "
              f"{torch.get_num_threads()} CPU threads ({', '.join(cpu_flags()) or 'no flags'}), {args.demos} "
              f"demonstrations of each kind: {f'last {args.train_layers}' if args.train_layers else 'all'} "
              f"layers, {summary['steps']} steps of 8 in {summary['minutes']:.1f} min, loss "

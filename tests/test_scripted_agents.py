@@ -428,3 +428,38 @@ def test_the_oracle_names_both_compared_values_where_it_answers_a_comparison() -
         last = [m["content"] for m in ep.messages if m["role"] == "assistant"][-1]
         decision = last.index("So the answer to the question is")
         assert f"is {second.answer}." in last[:decision] and f"was {first.answer}." in last[:decision], last
+
+
+@pytest.mark.parametrize("task", ["synthetic-3hop", "synthetic-comparison"])
+def test_the_planning_oracle_writes_the_chain_first_and_acts_as_the_oracle(task: str) -> None:
+    """oracle-plan searches and answers as the oracle; its first turn lists the chain, each later turn its step."""
+    import re
+
+    from agents.evaluation.evaluate import evaluate
+    from searchenv.tasks.registry import load_task
+
+    examples = {ex.id: ex for ex in load_task(task).examples("dev")[:12]}
+    plain = evaluate("oracle", task=task, split="dev", n=12)
+    planned = evaluate("oracle-plan", task=task, split="dev", n=12)
+    assert [e.answer for e in planned.episodes] == [e.answer for e in plain.episodes]
+
+    def searches(ep: EpisodeResult) -> list[str]:
+        return re.findall(r"<search> (.*?) </search>", " ".join(m["content"] for m in ep.messages))
+
+    assert [searches(e) for e in planned.episodes] == [searches(e) for e in plain.episodes]
+    right = [ep for ep in planned.episodes if ep.metrics["em"] == 1.0]
+    assert len(right) >= 8
+    for ep in right:
+        hops = examples[ep.example_id].decomposition
+        turns = [m["content"] for m in ep.messages if m["role"] == "assistant"]
+        n = len(hops)
+        assert f"Plan ({n} steps" in turns[0] and "Step 1 of" in turns[0]
+        for k in range(1, n):  # each later step names what the one before found
+            assert turns[k].startswith(f"<think> #{k} is {hops[k - 1].answer}. Step {k + 1} of {n}: ")
+        if task == "synthetic-3hop":  # each later sub-question refers to the answer before it as #k
+            assert "2. " in turns[0] and "#1" in turns[0].split("2. ")[1]
+            assert f"That was step {n} of {n}, so the answer is" in turns[-1]
+        else:
+            a, b = hops[0].answer, hops[1].answer
+            why = "is earlier" if a.isdigit() else "they are the same" if a == b else "they are different"
+            assert f"#1 is {a} and #2 is {b}; " in turns[-1] and why in turns[-1], turns[-1]

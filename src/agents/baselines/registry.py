@@ -9,7 +9,7 @@ from agents.baselines.llm import DIRECT_PROMPT, FEW_SHOT_EXAMPLE, RAG_PROMPT, LL
 from agents.policies.base import ChatPolicy, Policy
 from searchenv.utils.loading import is_module_attr, load_attribute
 
-AGENT_NAMES = ("oracle", "heuristic", "random", "direct", "rag", "iterative", "llm", "searcher")
+AGENT_NAMES = ("oracle", "oracle-plan", "heuristic", "random", "direct", "rag", "iterative", "llm", "searcher")
 LLM_AGENTS = frozenset({"direct", "rag", "iterative", "llm"})
 
 
@@ -49,8 +49,8 @@ def make_agent(
 
     if is_module_attr(name):
         return _load_agent(name, policy)
-    if name == "oracle":
-        return OracleAgent()
+    if name in ("oracle", "oracle-plan"):
+        return OracleAgent(plan=name == "oracle-plan")
     if name == "heuristic":
         return HeuristicAgent()
     if name == "searcher":

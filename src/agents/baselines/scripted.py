@@ -30,6 +30,15 @@ Oracle rule (the upper bound, and the source of cold-start SFT demonstrations):
    (:data:`ABSTAIN`). When only one turn of the budget is left it answers in the same way with
    what it has reached so far.
 
+With ``plan=True`` (the ``oracle-plan`` agent) the reasoning says the whole chain in its first
+turn, each later sub-question referring to an earlier hop's answer as ``#k`` (``Plan (3 steps):
+1. Who was X married to? 2. Which organization did #1 work for? 3. Who founded #2?``), then each
+turn names its step (``#1 is Y. Step 2 of 3: ...``) and the last one says why it stops; a
+comparison's last turn sets the two values side by side and says which is earlier or whether they
+are the same. How many hops a question takes is then decided once, reading the question, and
+written where every later turn can read it. The searches, the answers and the rule above do not
+change; a lookup hop, or a turn that searches several hops, is written as without a plan.
+
 Every oracle turn is a valid protocol turn ``<think> .. </think>`` followed by one
 ``<search> .. </search>`` or ``<answer> .. </answer>``.
 
@@ -194,10 +203,16 @@ class OracleAgent(_ScriptedAgent):
     """Follows the gold decomposition; answers gold only when every hop's evidence was retrieved.
 
     See the module docstring for the exact rule.
+
+    Args:
+        plan: Write the chain of sub-questions in the first turn and number each step (``oracle-plan``).
     """
 
-    name = "oracle"
     max_turns: int | None = None
+
+    def __init__(self, plan: bool = False) -> None:
+        self.plan = plan
+        self.name = "oracle-plan" if plan else "oracle"
 
     @staticmethod
     def _reached(hop: Hop, ep: EpisodeState) -> bool:
@@ -253,8 +268,11 @@ class OracleAgent(_ScriptedAgent):
                 missed = (f'The information has no document on "{_clean(hops[h].question)}".' if is_lookup(hops[h])
                           else f'The information does not answer "{_clean(hops[h].question)}".')
                 return answer_turn(ep, f"{missed} The furthest I got is: {_clean(best)}.", best, self._evidence(ep))
+        planned = self.plan and len(hops) > 0 and not any(is_lookup(h) for h in hops) and all(w == 1 for w in waves)
         if searched >= len(hops):
             final, gold = hops[-1], ep.example.answers[0]
+            if planned and (read := _plan_end(ep, hops)):
+                return answer_turn(ep, f"{read}, so the answer is {_clean(gold)}.", gold, self._evidence(ep))
             read = (f"I have read about {'; '.join(_clean(h.question) for h in hops)}." if is_lookup(final) else
                     f'The information says the answer to "{_clean(final.question)}" is {_clean(final.answer)}.')
             if ep.example.type == "comparison" and len(hops) == 2 and not is_lookup(hops[0]):
@@ -270,6 +288,11 @@ class OracleAgent(_ScriptedAgent):
             )
         wave = self._next_wave(hops, searched, ep.protocol.max_queries)
         nxt = hops[searched]
+        if planned and len(wave) == 1:
+            step = f"Step {searched + 1} of {len(hops)}: {_clean(nxt.question)}"
+            found = _clean(hops[searched - 1].answer)
+            lead = f"{_plan(ep, hops)} {step}" if searched == 0 else f"#{searched} is {found}. {step}"
+            return f"<think> {lead} </think>\n<search> {_clean(nxt.question)} </search>"
         need = "; and ".join(_clean(h.question) for h in wave)
         if searched == 0 and is_lookup(nxt):
             lead = f"To answer this I need to read about: {need}"
@@ -301,6 +324,37 @@ class OracleAgent(_ScriptedAgent):
                 break
             wave.append(h)
         return wave
+
+
+def _plan(ep: EpisodeState, hops: Sequence[Hop]) -> str:
+    """The chain of sub-questions, each earlier answer it names written ``#k``: ``Plan (n steps): 1. ...``."""
+    steps = []
+    for i, hop in enumerate(hops):
+        text = _clean(hop.question)
+        for j in range(i):  # the latest hop first: a later answer may contain an earlier one
+            answer = _clean(hops[i - 1 - j].answer)
+            if answer and answer in text:
+                text = text.replace(answer, f"#{i - j}")
+        steps.append(f"{i + 1}. {text}")
+    then = ", then compare" if ep.example.type == "comparison" and len(hops) == 2 else ""
+    return f"Plan ({len(hops)} step{'s' if len(hops) > 1 else ''}{then}): {' '.join(steps)}"
+
+
+def _plan_end(ep: EpisodeState, hops: Sequence[Hop]) -> str | None:
+    """The reasoning of a planned last turn (before ``, so the answer is ...``), or None if it cannot say why."""
+    n = len(hops)
+    if ep.example.type != "comparison":
+        return f"#{n} is {_clean(hops[-1].answer)}. That was step {n} of {n}"
+    kind = str(ep.example.metadata.get("comparison", ""))
+    if n != 2 or not kind:
+        return None
+    a, b = _clean(hops[0].answer), _clean(hops[1].answer)
+    read = f"#1 is {a} and #2 is {b}"
+    if kind.startswith("same"):
+        return f"{read}; they are {'the same' if normalize_answer(a) == normalize_answer(b) else 'different'}"
+    if kind.endswith("_first") and a.isdigit() and b.isdigit() and a != b:
+        return f"{read}; {min(a, b, key=int)} is earlier"
+    return None
 
 
 @dataclass

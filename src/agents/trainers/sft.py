@@ -185,8 +185,14 @@ def _tool_call_sample(policy: Any, messages: Sequence[Mapping[str, Any]]) -> Sam
     return Sample(ids, mask)
 
 
-def oracle_transcripts(cfg: TrainConfig, num: int, retriever: Any = None) -> list[dict[str, Any]]:
+def oracle_transcripts(cfg: TrainConfig, num: int, retriever: Any = None, *, plan: bool = False) -> list[dict[str, Any]]:
     """Run the oracle agent on the first ``num`` questions of the configured split.
+
+    Args:
+        cfg: The run's settings (task, split, protocol, episode settings).
+        num: Questions demonstrated.
+        retriever: The retriever (default: the task's BM25).
+        plan: Demonstrate with the ``oracle-plan`` agent (the chain of sub-questions written first).
 
     Returns:
         ``EpisodeResult.to_dict()`` per question (``messages`` and ``metrics`` among the keys).
@@ -196,7 +202,7 @@ def oracle_transcripts(cfg: TrainConfig, num: int, retriever: Any = None) -> lis
 
     examples, retr = task_examples(cfg, retriever)
     records = run_agent(
-        OracleAgent(),
+        OracleAgent(plan=plan),
         examples[:num],
         retr,
         protocol=cfg.protocol,

@@ -101,8 +101,9 @@ def score(agent: Any, task: str, args: argparse.Namespace, retriever: str = "bm2
                       env_kwargs={"max_doc_chars": SETTINGS["max_doc_chars"]}, seed=0,
                       checkpoint_dir=Path(args.run) / "eval" / task,
                       checkpoint_settings={"run": str(Path(args.run).resolve()),
-                                           "args": {k: getattr(args, k) for k in ("run", "minutes", "max_steps", "demos",
-                                                                                  "oracle", "train_layers", "lr", "n")},
+                                           "args": {k: getattr(args, k) for k in (
+                                               "run", "minutes", "max_steps", "demos", "oracle", "train_layers", "lr",
+                                               "n")},
                                            **({"start": args.start} if args.start != "searcher" else {})})
     seconds = time.perf_counter() - start
     resumed = result.config.get("resumed", 0) or 0

@@ -185,7 +185,9 @@ def _tool_call_sample(policy: Any, messages: Sequence[Mapping[str, Any]]) -> Sam
     return Sample(ids, mask)
 
 
-def oracle_transcripts(cfg: TrainConfig, num: int, retriever: Any = None, *, plan: bool = False) -> list[dict[str, Any]]:
+def oracle_transcripts(
+    cfg: TrainConfig, num: int, retriever: Any = None, *, plan: bool = False
+) -> list[dict[str, Any]]:
     """Run the oracle agent on the first ``num`` questions of the configured split.
 
     Args:

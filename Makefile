@@ -37,9 +37,9 @@ VERIFIERS_VENV ?= .venv-verifiers
 VERIFIERS_STAMP := $(VERIFIERS_VENV)/.installed-$(DEPS)
 # The CPU build of torch that this project pins for set-up (the package itself needs only torch>=2.4).
 TORCH_PIN ?= torch==2.13.0
-.PHONY: install demo test test-latest lock test-fast test-numerics lint typecheck bench clean
+.PHONY: install chromium demo test test-latest lock test-fast test-numerics lint typecheck bench clean
 
-install: $(STAMP)
+install: $(STAMP) chromium
 
 $(STAMP): pyproject.toml Makefile $(call lockfile,main)
 	$(PYTHON) -m venv --clear $(VENV)
@@ -84,13 +84,19 @@ $(VERIFIERS_STAMP): pyproject.toml Makefile $(call lockfile,verifiers)
 		$(call lock,verifiers)
 	touch $(VERIFIERS_STAMP)
 
+# Debian's Chromium for the browser tests (tests/test_report.py drives it through Playwright, from the dev extra,
+# which downloads no browser): found, or installed with apt-get where apt-get can run here; else one line says why
+# and those tests skip.
+chromium:
+	@$(PYTHON) tools/chromium.py
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks tools env-packages
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-test: lint typecheck $(VERL_STAMP) $(SKYRL_STAMP) $(OPENENV_STAMP) $(VERIFIERS_STAMP)
+test: lint typecheck chromium $(VERL_STAMP) $(SKYRL_STAMP) $(OPENENV_STAMP) $(VERIFIERS_STAMP)
 	$(PY) -m pytest -q --durations=15
 	# The learning tests again under the second arithmetic (all but the TRL tool walkthrough: minutes there).
 	$(PY) tools/test_numerics.py --arithmetic portable -- --ignore=tests/test_trl_tool_docs.py

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -325,26 +325,38 @@ def test_train_report_flag_samples_episodes_at_several_steps_without_changing_th
 
 # ---- in a real browser ------------------------------------------------------------------------------------------
 
-CHROMIUM = next((p for p in (os.environ.get("SEARCHENV_CHROMIUM"), "/usr/bin/chromium", shutil.which("chromium"),
-                             shutil.which("chromium-browser")) if p and Path(p).is_file()), None)
+def _find_chromium() -> str | None:
+    """The Chromium that ``make`` found or installed (tools/chromium.py: SEARCHENV_CHROMIUM, else Debian's)."""
+    spec = importlib.util.spec_from_file_location("chromium_tool", Path(__file__).parents[1] / "tools" / "chromium.py")
+    if spec is None or spec.loader is None:
+        raise AssertionError("tools/chromium.py cannot be loaded")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    found: str | None = module.find_chromium()
+    return found
 
 
 @pytest.fixture(scope="module")
 def browser() -> Any:
-    """Headless Chromium (Debian's package) driven by Playwright, or a skip saying which is missing."""
-    if CHROMIUM is None:
-        pytest.skip("no Chromium (apt-get install chromium) for the browser test")
+    """Headless Chromium (Debian's package) driven by Playwright, or a skip saying which is missing.
+
+    Playwright launches the executable found on this machine (``executable_path``): it downloads no browser.
+    """
+    chromium = _find_chromium()
+    if chromium is None:
+        pytest.skip("no Chromium for the browser test: make installs Debian's where apt-get can run (python "
+                    "tools/chromium.py says why not), or set SEARCHENV_CHROMIUM")
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
-        pytest.skip("the playwright package is not installed (pip install playwright) for the browser test")
+        pytest.skip("the playwright package is not installed for the browser test (it comes with searchenv[dev])")
     with sync_playwright() as p:
         try:
-            chromium = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            launched = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
         except Exception as exc:  # noqa: BLE001 - a browser that cannot start here is a skip, with its reason
-            pytest.skip(f"Chromium at {CHROMIUM} did not start: {str(exc).splitlines()[0]}")
-        yield chromium
-        chromium.close()
+            pytest.skip(f"Chromium at {chromium} did not start: {str(exc).splitlines()[0]}")
+        yield launched
+        launched.close()
 
 
 def _open(browser: Any, path: Path) -> tuple[Any, list[str], list[str], float]:

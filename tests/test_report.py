@@ -323,6 +323,13 @@ def test_train_report_flag_samples_episodes_at_several_steps_without_changing_th
     assert data["title"].endswith("sampled at steps 1, 2, 3, 4")
 
 
+def test_the_readmes_picture_of_the_page_is_a_small_png() -> None:
+    root = Path(__file__).resolve().parents[1]
+    assert "](docs/report.png)" in (root / "README.md").read_text(encoding="utf-8")
+    picture = (root / "docs" / "report.png").read_bytes()
+    assert picture.startswith(b"\x89PNG\r\n\x1a\n") and len(picture) < 150_000
+
+
 # ---- in a real browser ------------------------------------------------------------------------------------------
 
 def _find_chromium() -> str | None:
@@ -403,7 +410,8 @@ def test_the_page_works_in_a_browser(browser: Any, tmp_path: Path) -> None:
     assert page.locator(".episode").count() == 2
     text = page.inner_text(".group >> nth=0")
     assert "gold evidence" in text and "cut here" in text and "look up note 0" in text and "outcome" in text
-    shot = Path(os.environ.get("SEARCHENV_REPORT_SCREENSHOT") or tmp_path / "report.png")  # a picture for the docs
+    # the README's picture: SEARCHENV_REPORT_SCREENSHOT=docs/report.png pytest tests/test_report.py -k works_in
+    shot = Path(os.environ.get("SEARCHENV_REPORT_SCREENSHOT") or tmp_path / "report.png")
     page.screenshot(path=str(shot))
     assert shot.stat().st_size > 0
     assert errors == [] and dialogs == []

@@ -320,7 +320,7 @@ def test_train_report_flag_samples_episodes_at_several_steps_without_changing_th
     ids = [[e["example_id"] for e in run["episodes"]] for run in data["runs"]]
     assert len(ids[0]) == 4 and all(x == ids[0] for x in ids)  # the same questions at every step, side by side
     assert all(e["messages"][2]["role"] == "assistant" for run in data["runs"] for e in run["episodes"])
-    assert data["title"].endswith("sampled at steps 1, 2, 3, 4")
+    assert data["title"].endswith("sampled at steps 1, 2, 3, 4") and data["runs"][0]["retriever"] == "bm25"
 
 
 def test_the_readmes_picture_of_the_page_is_a_small_png() -> None:

@@ -193,7 +193,7 @@ def _sample(kind: str, cfg: Any, policy: Any, step: int, questions: tuple[list[A
         env_kwargs = {"max_doc_chars": cfg.max_doc_chars}
     result = evaluate(agent, task=examples, retriever=retriever, protocol=cfg.protocol, top_k=cfg.top_k,
                       max_turns=cfg.max_turns, reward=cfg.reward, batch_size=len(examples), seed=cfg.seed,
-                      max_new_tokens=cfg.max_new_tokens, env_kwargs=env_kwargs)
+                      max_new_tokens=cfg.max_new_tokens, env_kwargs=env_kwargs, retriever_label=str(cfg.retriever))
     result = dataclasses.replace(result, agent=f"step {step}", task=str(cfg.task), split=split)
     write_results([result], run_dir / SAMPLES_NAME / f"step-{step:06d}")
     Console(stderr=True).print(f"step {step}: {len(examples)} {split} questions played for the report "

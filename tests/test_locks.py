@@ -35,7 +35,8 @@ def _pins(path: Path) -> dict[str, str]:
 
 def test_lock_lines_pin_every_package_but_this_one_without_local_labels() -> None:
     lock_lines = _write_locks().lock_lines
-    freeze = "Torch==2.13.0+cpu\nsearchenv==0.1.0\nnumpy==2.4.6\n\n# a comment\npip==26.3\n"
+    freeze = ("Torch==2.13.0+cpu\nsearchenv==0.1.0\nnumpy==2.4.6\n\n# a comment\npip==26.3\n"
+              "searchqa @ file:///src/env-packages/verifiers/searchqa\n")  # this project's environment package
     assert lock_lines(freeze, "v") == ["numpy==2.4.6", "pip==26.3", "Torch==2.13.0"]
     for bad, number in (("numpy==1\n-e git+https://x/y#egg=z", 2), ("foo @ file:///tmp/foo.whl", 1)):
         with pytest.raises(ValueError, match=rf"v: pip freeze line {number} is not name==version"):

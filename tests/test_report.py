@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -261,28 +261,109 @@ def test_eval_report_flag_writes_the_page(tmp_path: Path, qa_file: Path, corpus_
     assert CliRunner().invoke(get_app(), args[:-3] + ["--report"]).exit_code == 2  # --report needs --out
 
 
+def test_bench_report_flag_shows_the_sets_and_the_settings_that_make_cards_comparable(tmp_path: Path) -> None:
+    fixtures = Path(__file__).parent / "fixtures" / "bench" / "search-r1"
+    out = tmp_path / "bench"
+    args = ["bench", "search-r1", "--data", str(fixtures), "--agent", "heuristic", "--out", str(out), "--index-root",
+            str(tmp_path / "idx"), "--set", "nq", "--set", "hotpotqa", "--report"]
+    result = CliRunner().invoke(get_app(), args)
+    assert result.exit_code == 0, result.output
+    card = json.loads((out / "card.json").read_text(encoding="utf-8"))
+    data = read_embedded((out / "report.html").read_text(encoding="utf-8"))
+    assert [r["set"] for r in data["rows"]] == ["nq", "hotpotqa", "average"]
+    assert data["rows"][-1]["em"] == card["average"]["em"] and data["rows"][0]["em"] == card["sets"]["nq"]["em"]
+    assert data["settings"] == card["settings"] and {"index_hash", "top_k", "sampling"} <= set(data["comparable"])
+    for run, name in zip(data["runs"], ["nq", "hotpotqa"], strict=True):
+        lines = (out / "transcripts" / f"{name}.jsonl").read_text(encoding="utf-8").splitlines()
+        assert (run["label"], run["scope"]) == (name, name) and run["episodes"] == [json.loads(x) for x in lines]
+    assert CliRunner().invoke(get_app(), ["report", str(out)]).exit_code == 0  # the same page, from the folder
+
+
+def test_a_bench_card_that_is_not_one_is_named(tmp_path: Path) -> None:
+    run = tmp_path / "bench"
+    (run / "transcripts").mkdir(parents=True)
+    (run / "card.json").write_text('{"searchenv_card": 99}', encoding="utf-8")
+    result = _invoke(str(run))
+    assert result.exit_code == 2 and "card.json: field 'searchenv_card'" in " ".join(result.output.split())
+
+
+def _train(tmp_path: Path, qa_file: Path, corpus_file: Path, out: Path, *extra: str) -> Any:
+    pytest.importorskip("transformers")
+    pytest.importorskip("matplotlib")
+    from tests.tiny_model import tiny_model_folder
+
+    model = tmp_path / "tiny"
+    if not model.exists():
+        tiny_model_folder(model)
+    sets = {"model": model, "task": qa_file, "corpus": corpus_file, "output_dir": out, "steps": 4, "batch_size": 2,
+            "micro_batch_size": 2, "learning_rate": 3e-3, "num_demos": 4, "progress": "false", "log_every": 0,
+            "save_every": 0, "max_new_tokens": 8, "device": "cpu"}
+    args = ["train", "sft", *[a for k, v in sets.items() for a in ("--set", f"{k}={v}")], *extra]
+    return CliRunner().invoke(get_app(), args)
+
+
+def test_train_report_flag_samples_episodes_at_several_steps_without_changing_the_run(
+        tmp_path: Path, qa_file: Path, corpus_file: Path) -> None:
+    plain, reported = tmp_path / "plain", tmp_path / "reported"
+    first = _train(tmp_path, qa_file, corpus_file, plain)
+    assert first.exit_code == 0, first.output
+    (reported / "samples" / "step-000003").mkdir(parents=True)  # another run's: replaced
+    second = _train(tmp_path, qa_file, corpus_file, reported, "--report")
+    assert second.exit_code == 0, second.output
+    losses = [[r["loss"] for r in map(json.loads, (d / "metrics.jsonl").read_text().splitlines())]
+              for d in (plain, reported)]
+    assert len(losses[0]) == 4 and losses[0] == losses[1]  # stopped and resumed at each sampled step: the same run
+    data = read_embedded((reported / "report.html").read_text(encoding="utf-8"))
+    assert data["curves"].startswith("data:image/png;base64,")
+    assert [r["agent"] for r in data["rows"]] == ["step 1", "step 2", "step 3", "step 4"]
+    assert sorted(p.name for p in (reported / "samples").iterdir()) == [f"step-00000{i}" for i in (1, 2, 3, 4)]
+    ids = [[e["example_id"] for e in run["episodes"]] for run in data["runs"]]
+    assert len(ids[0]) == 4 and all(x == ids[0] for x in ids)  # the same questions at every step, side by side
+    assert all(e["messages"][2]["role"] == "assistant" for run in data["runs"] for e in run["episodes"])
+    assert data["title"].endswith("sampled at steps 1, 2, 3, 4") and data["runs"][0]["retriever"] == "bm25"
+
+
+def test_the_readmes_picture_of_the_page_is_a_small_png() -> None:
+    root = Path(__file__).resolve().parents[1]
+    assert "](docs/report.png)" in (root / "README.md").read_text(encoding="utf-8")
+    picture = (root / "docs" / "report.png").read_bytes()
+    assert picture.startswith(b"\x89PNG\r\n\x1a\n") and len(picture) < 150_000
+
+
 # ---- in a real browser ------------------------------------------------------------------------------------------
 
-CHROMIUM = next((p for p in (os.environ.get("SEARCHENV_CHROMIUM"), "/usr/bin/chromium", shutil.which("chromium"),
-                             shutil.which("chromium-browser")) if p and Path(p).is_file()), None)
+def _find_chromium() -> str | None:
+    """The Chromium that ``make`` found or installed (tools/chromium.py: SEARCHENV_CHROMIUM, else Debian's)."""
+    spec = importlib.util.spec_from_file_location("chromium_tool", Path(__file__).parents[1] / "tools" / "chromium.py")
+    if spec is None or spec.loader is None:
+        raise AssertionError("tools/chromium.py cannot be loaded")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    found: str | None = module.find_chromium()
+    return found
 
 
 @pytest.fixture(scope="module")
 def browser() -> Any:
-    """Headless Chromium (Debian's package) driven by Playwright, or a skip saying which is missing."""
-    if CHROMIUM is None:
-        pytest.skip("no Chromium (apt-get install chromium) for the browser test")
+    """Headless Chromium (Debian's package) driven by Playwright, or a skip saying which is missing.
+
+    Playwright launches the executable found on this machine (``executable_path``): it downloads no browser.
+    """
+    chromium = _find_chromium()
+    if chromium is None:
+        pytest.skip("no Chromium for the browser test: make installs Debian's where apt-get can run (python "
+                    "tools/chromium.py says why not), or set SEARCHENV_CHROMIUM")
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
-        pytest.skip("the playwright package is not installed (pip install playwright) for the browser test")
+        pytest.skip("the playwright package is not installed for the browser test (it comes with searchenv[dev])")
     with sync_playwright() as p:
         try:
-            chromium = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            launched = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
         except Exception as exc:  # noqa: BLE001 - a browser that cannot start here is a skip, with its reason
-            pytest.skip(f"Chromium at {CHROMIUM} did not start: {str(exc).splitlines()[0]}")
-        yield chromium
-        chromium.close()
+            pytest.skip(f"Chromium at {chromium} did not start: {str(exc).splitlines()[0]}")
+        yield launched
+        launched.close()
 
 
 def _open(browser: Any, path: Path) -> tuple[Any, list[str], list[str], float]:
@@ -329,7 +410,8 @@ def test_the_page_works_in_a_browser(browser: Any, tmp_path: Path) -> None:
     assert page.locator(".episode").count() == 2
     text = page.inner_text(".group >> nth=0")
     assert "gold evidence" in text and "cut here" in text and "look up note 0" in text and "outcome" in text
-    shot = Path(os.environ.get("SEARCHENV_REPORT_SCREENSHOT") or tmp_path / "report.png")  # a picture for the docs
+    # the README's picture: SEARCHENV_REPORT_SCREENSHOT=docs/report.png pytest tests/test_report.py -k works_in
+    shot = Path(os.environ.get("SEARCHENV_REPORT_SCREENSHOT") or tmp_path / "report.png")
     page.screenshot(path=str(shot))
     assert shot.stat().st_size > 0
     assert errors == [] and dialogs == []
@@ -356,3 +438,27 @@ def test_ten_thousand_episodes_open_quickly(browser: Any, tmp_path: Path) -> Non
     assert page.inner_text("#page-info").endswith("3334 of 10000 questions")
     assert seconds < 3.0, f"{path.stat().st_size / 1e6:.1f} MB page took {seconds:.2f} s to open"
     assert errors == []
+
+
+def test_a_bench_page_shows_its_settings_and_keeps_sets_apart_in_a_browser(browser: Any, tmp_path: Path) -> None:
+    run = _run(tmp_path, {"nq": [_episode(i, em=1.0) for i in range(3)],
+                          "hotpotqa": [_episode(i, em=0.0) for i in range(2)]}, name="bench")
+    sets = {name: {"n": n, "failed": 0, "em": em, "invalid_by_code": {}, "unanswered": 0}
+            for name, n, em in (("nq", 3, 1.0), ("hotpotqa", 2, 0.0))}
+    for name in sets:  # the bench layout: transcripts/<set>.jsonl
+        (run / "transcripts" / f"{name}__bm25.jsonl").rename(run / "transcripts" / f"{name}.jsonl")
+    (run / "results.json").unlink()
+    card = {"searchenv_card": 1, "suite": "search-r1", "description": "<b>seven</b> QA sets",
+            "settings": {"suite": "search-r1", "top_k": 3, "agent": "heuristic", "sampling": {"seed": 0},
+                         "max_doc_chars": 40}, "sets": sets, "average": {"n": 5, "failed": 0, "em": 0.5}}
+    (run / "card.json").write_text(json.dumps(card), encoding="utf-8")
+    page, errors, dialogs, _ = _open(browser, write_report(run))
+    assert [t.split("\t")[0] for t in page.locator("table.results tbody tr").all_inner_texts()] == \
+        ["nq", "hotpotqa", "average"]
+    settings = page.inner_text("table.settings")
+    assert "\u2605 top_k\t3" in settings and '{"seed":0}' in settings
+    assert "<b>seven</b> QA sets" in page.inner_text("body")  # the description is text
+    assert page.inner_text("#page-info").endswith("5 of 5 questions")  # q0 and q1 of each set stay apart
+    page.locator(".group .head").first.click()
+    assert page.locator(".episode h3").all_inner_texts() == ["nq"]
+    assert errors == [] and dialogs == []

@@ -35,8 +35,27 @@ def _check(*args: str, env: dict[str, str] | None = None) -> subprocess.Complete
 def test_searchqa_module_without_verifiers_names_the_extra() -> None:
     if importlib.util.find_spec("verifiers") is not None:
         pytest.skip("verifiers is installed here")
-    with pytest.raises(ModuleNotFoundError, match="verifiers"):
-        import searchqa  # noqa: F401
+    with pytest.raises(ModuleNotFoundError, match="verifiers"), \
+            pytest.warns(DeprecationWarning, match="pip install env-packages/verifiers/searchqa"):
+        import searchqa  # noqa: F401  (the deprecated module inside searchenv: it warns, then needs verifiers)
+
+
+def test_the_environment_package_is_laid_out_as_prime_env_init_lays_one_out() -> None:
+    import ast
+
+    import tomllib
+
+    package = ROOT / "env-packages" / "verifiers" / "searchqa"
+    project = tomllib.loads((package / "pyproject.toml").read_text())
+    assert project["project"]["name"] == "searchqa" and (package / "README.md").is_file()
+    assert "searchenv[verifiers]" in project["project"]["dependencies"]
+    assert project["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"] == ["searchqa"]
+    tree = ast.parse((package / "searchqa" / "__init__.py").read_text())
+    names = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
+    exported = next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+                    and any(getattr(t, "id", None) == "__all__" for t in n.targets))
+    assert "load_environment" in names and "load_environment" in exported and "SearchQATaskset" in exported
+    assert "searchqa" in (ROOT / "Makefile").read_text().split("VERIFIERS_PACKAGE :=")[1].splitlines()[0]
 
 
 @pytest.mark.slow
@@ -50,5 +69,5 @@ def test_verifiers_clis_and_the_bundled_openenv_taskset_in_their_own_venv(reques
         pass
     proc = _check("tests/vf_env/check_searchqa.py", "tests/vf_env/check_openenv_taskset.py", env=env)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    expected = "9 passed" if env else "8 passed, 1 skipped"
+    expected = "11 passed" if env else "10 passed, 1 skipped"
     assert expected in proc.stdout and (env == {} or "skipped" not in proc.stdout), proc.stdout[-2000:]

@@ -21,7 +21,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 LOCKS = ROOT / "locks"
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;+]+)(\+[^\s;]+)?$")
-_SELF = {"searchenv"}
+#: This project's own distributions: the package, and the environment packages of env-packages/ (installed from
+#: their folders, so pip freezes them as ``name @ file://...``, which cannot be a constraint).
+_SELF = {"searchenv", "searchqa", "openenv-searchqa"}
+_SELF_LINE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:==|@)")
 
 
 def lock_lines(freeze: str, where: str) -> list[str]:
@@ -43,12 +46,13 @@ def lock_lines(freeze: str, where: str) -> list[str]:
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
+        own = _SELF_LINE.match(line)
+        if own and re.sub(r"[-_.]+", "-", own.group(1)).lower() in _SELF:
+            continue
         match = _PIN.match(line)
         if match is None:
             raise ValueError(f"{where}: pip freeze line {number} is not name==version: {line[:200]!r}")
-        name = re.sub(r"[-_.]+", "-", match.group(1)).lower()
-        if name not in _SELF:
-            pins[name] = f"{match.group(1)}=={match.group(2)}"
+        pins[re.sub(r"[-_.]+", "-", match.group(1)).lower()] = f"{match.group(1)}=={match.group(2)}"
     return [pins[n] for n in sorted(pins)]
 
 

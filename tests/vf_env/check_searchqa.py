@@ -34,6 +34,7 @@ from searchenv.integrations.verifiers import (
 from searchenv.protocols.tools import tool_turn_text
 
 BIN = Path(sys.executable).parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _in_process_return(index: int, nodes: list[dict[str, Any]]) -> tuple[float, float]:
@@ -72,6 +73,39 @@ def test_vf_validate_passes_on_50_tasks(tmp_path: Path) -> None:
     got = json.loads(summary.read_text())
     assert got["total"] == 50 and got["outcomes"]["valid"] == 50, got
     assert got["checks"]["gold"]["valid"] == 50 and got["checks"]["noop"]["valid"] == 50
+
+
+def test_searchqa_is_the_installed_environment_package_and_loads_with_settings() -> None:
+    """``make`` installs env-packages/verifiers/searchqa from its folder: its module is the one verifiers imports."""
+    import pydantic
+
+    import searchqa
+    from searchenv.integrations.verifiers import SearchQAHarness, SearchQATaskset, SearchQAVerifiersEnv
+
+    where = Path(searchqa.__file__).resolve()
+    assert "site-packages" in where.parts and ROOT / "src" not in where.parents, where
+    assert searchqa.__all__ == ["SearchQAHarness", "SearchQATaskset", "SearchQAVerifiersEnv", "load_environment"]
+    assert (searchqa.SearchQATaskset, searchqa.SearchQAHarness) == (SearchQATaskset, SearchQAHarness)
+    env = searchqa.load_environment(split="dev", top_k=2, max_turns=3)
+    assert isinstance(env, SearchQAVerifiersEnv)
+    assert (env.config.taskset.id, env.config.taskset.top_k, env.config.taskset.max_turns) == ("searchqa", 2, 3)
+    first = next(iter(SearchQATaskset(env.config.taskset).load()))
+    assert first.data.example_index == 0 and "search" in str(first.data.system_prompt)
+    with pytest.raises(pydantic.ValidationError, match="topk"):
+        searchqa.load_environment(topk=2)
+
+
+def test_the_searchqa_module_inside_searchenv_warns_and_gives_the_same_classes() -> None:
+    import importlib.util
+
+    from searchenv.integrations.verifiers import SearchQATaskset
+
+    spec = importlib.util.spec_from_file_location("old_searchqa", ROOT / "src" / "searchqa" / "__init__.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    with pytest.warns(DeprecationWarning, match="pip install env-packages/verifiers/searchqa"):
+        spec.loader.exec_module(module)
+    assert module.SearchQATaskset is SearchQATaskset
 
 
 def test_vf_eval_rewards_equal_in_process_searchqa(tmp_path: Path) -> None:

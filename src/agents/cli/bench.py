@@ -3,6 +3,7 @@
 Example::
 
     searchenv bench search-r1 --data data/search-r1 --agent rag --model-url http://127.0.0.1:8000/v1 --out runs/b
+    searchenv bench search-r1 --data data/search-r1 --agent heuristic --out runs/h --report   # + runs/h/report.html
 """
 
 from __future__ import annotations
@@ -66,6 +67,8 @@ def bench_command(
                                      "chooses among besides the gold one (at least 2; each set must have that many "
                                      "other answers)."),
     judge_concurrency: int = typer.Option(8, "--judge-concurrency", min=1, help="Requests in flight to --judge-url."),
+    report: bool = typer.Option(False, "--report", help="Also write OUT/report.html: one self-contained page of "
+                                "the card, its settings and every episode (searchenv report OUT)."),
 ) -> None:
     """Run a benchmark suite with one agent and settings; write one metric card (JSON + Markdown).
 
@@ -160,6 +163,10 @@ def bench_command(
 
     sys.stdout.write(card_markdown(card))
     err.print(f"wrote {out / 'card.json'} and {out / 'card.md'}", markup=False, highlight=False)
+    if report:
+        from agents.cli.report import write_page
+
+        err.print(f"wrote {write_page(out, None, err)}", markup=False, highlight=False)
     failed, judge_failed = card["average"]["failed"], card["average"].get("judge_failures", 0)
     if failed:
         err.print(f"error: {failed} episodes failed (not scored); rerun the same command to run only those.",

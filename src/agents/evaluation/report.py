@@ -10,7 +10,11 @@ pictures are ``data:`` URIs, and a Content-Security-Policy forbids every other s
   ``evidence_ids``, a document as long as the run's ``max_doc_chars`` marked as cut), the answer against the
   gold answers, each turn's reward terms; filters for wrong answers, invalid turns and failed episodes
   (infrastructure errors), and a search over questions;
-- for a training run, the learning curves as a picture (drawn by the caller, who passes the PNG bytes).
+- for a training run, the learning curves as a picture (drawn by the caller, who passes the PNG bytes), and the
+  episodes sampled at several steps (``samples/step-<N>/``, written by ``searchenv train KIND --report``), the
+  steps side by side on each question, so a reader sees the behaviour change;
+- for a bench card (``card.json``, ``searchenv bench --out``), its sets and their average, and the settings that
+  make two cards comparable.
 
 The records travel as they were read, in one JSON blob inside ``<script type="application/json">`` with
 ``<``, ``>`` and ``&`` written as ``\u003c`` escapes, so no text of a transcript can close the script
@@ -26,6 +30,7 @@ import html
 import json
 import math
 import os
+import re
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -41,6 +46,10 @@ REPORT_NAME = "report.html"
 #: What ``searchenv eval --out`` and the trainers write, read by the page.
 RESULTS_NAME = "results.json"
 METRICS_NAME = "metrics.jsonl"
+#: What ``searchenv bench --out`` writes, read by the page.
+CARD_NAME = "card.json"
+#: The folder of a training run that holds the episodes sampled at several steps (:func:`sample_dirs`).
+SAMPLES_NAME = "samples"
 
 
 class ReportError(ValueError):
@@ -110,51 +119,130 @@ def _read_episodes(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def collect(run_dir: str | os.PathLike[str], *, curves_png: bytes | None = None) -> dict[str, Any]:
-    """Everything the page shows, as the JSON object it embeds.
-
-    Args:
-        run_dir: A run folder: ``results.json`` with ``transcripts/`` (``searchenv eval --out``), and/or
-            ``metrics.jsonl`` (a training run).
-        curves_png: The learning curves as PNG bytes (embedded as a ``data:`` URI), or None.
-
-    Returns:
-        ``title``, ``columns`` ((key, title, format) of the results table), ``rows`` (``results.json`` rows),
-        ``runs`` (per row: ``agent``, ``retriever``, ``file``, ``max_doc_chars`` and its ``episodes``, the
-        transcript records as read), ``curves`` (a ``data:`` URI or None).
-
-    Raises:
-        ReportError: Naming the file (and line, field) that is missing or not what the writers write.
-    """
-    root = Path(run_dir)
-    if not root.is_dir():
-        raise ReportError(f"{root} is not a folder; give the folder of a run (searchenv eval --out, or a training "
-                          "run's folder)")
-    has_results = (root / RESULTS_NAME).exists() or (root / RESULTS_NAME).is_symlink()
-    if not has_results and curves_png is None:
-        raise ReportError(f"{root / RESULTS_NAME} not found (searchenv eval --out DIR writes it), and the folder holds "
-                          f"no {METRICS_NAME} of a training run: nothing to show")
-    rows = _read_results(root) if has_results else []
+def _eval_runs(folder: Path, root: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The rows of ``folder/results.json`` and a run per row (its transcripts read), paths relative to ``root``."""
+    rows = _read_results(folder)
     runs = []
     for i, row in enumerate(rows):
         rel = row.get("transcripts")
         episodes: list[dict[str, Any]] = []
         file = None
         if rel is not None:
-            path = _transcript_path(root, rel, f"{root / RESULTS_NAME}, rows[{i}]")
+            path = _transcript_path(folder, rel, f"{folder / RESULTS_NAME}, rows[{i}]")
             episodes = _read_episodes(path)
-            file = rel
+            file = str(path.relative_to(root))
         config = row["config"] if isinstance(row.get("config"), dict) else {}
         runs.append({"agent": row["agent"], "retriever": row["retriever"], "file": file,
                      "max_doc_chars": config.get("max_doc_chars"), "episodes": episodes})
+    return rows, runs
+
+
+def sample_dirs(run_dir: str | os.PathLike[str]) -> list[tuple[int, Path]]:
+    """The folders of episodes sampled during a training run, ``(step, folder)`` in step order.
+
+    Each is ``RUN_DIR/samples/step-<N>/``, laid out as ``searchenv eval --out`` lays a run out (``results.json``,
+    ``transcripts/``), one row per agent, named ``step <N>`` (``searchenv train KIND --report`` writes them).
+    """
+    root = Path(run_dir) / SAMPLES_NAME
+    if not root.is_dir() or root.is_symlink():
+        return []
+    found = []
+    for folder in root.iterdir():
+        match = re.fullmatch(r"step-(\d+)", folder.name)
+        if match and folder.is_dir() and (folder / RESULTS_NAME).exists():
+            found.append((int(match.group(1)), folder))
+    return sorted(found)
+
+
+def _bench_runs(root: Path) -> dict[str, Any]:
+    """The page's rows, runs, columns and settings for a bench folder (``card.json``, ``transcripts/<set>.jsonl``)."""
+    from agents.evaluation.bench import COMPARABILITY, METRICS, read_card
+
+    path = root / CARD_NAME
+    try:
+        refuse_link(path, "RUN_DIR")
+        card = read_card(path)
+    except ValueError as exc:
+        raise ReportError(str(exc)) from None
+    except OSError as exc:
+        raise ReportError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    settings = card["settings"]
+    agent = str(settings.get("agent", "agent"))
+    kind = settings.get("index_kind") if isinstance(settings.get("index_kind"), str) else "retriever"
+    rows: list[dict[str, Any]] = []
+    runs: list[dict[str, Any]] = []
+    for name, row in card["sets"].items():
+        if not isinstance(row, dict):
+            raise ReportError(f"{path}, field 'sets.{name}': expected an object, got {type(row).__name__}")
+        rows.append({"set": name, "agent": agent, "retriever": kind, **row})
+        rel = f"transcripts/{name}.jsonl"
+        transcript = _transcript_path(root, rel, f"{path}, set {name!r}")
+        runs.append({"agent": agent, "retriever": kind, "label": name, "scope": name, "file": rel,
+                     "max_doc_chars": settings.get("max_doc_chars"), "episodes": _read_episodes(transcript)})
+    rows.append({"set": "average", "agent": agent, "retriever": kind, **card["average"]})
+    infra = [INFRA_COLUMN] if any(r.get("infra_errors") for r in rows) else []
+    return {
+        "title": f"{root.resolve().name}: {card.get('suite')} / {agent}",
+        "label_columns": [["set", "Set"], ["agent", "Agent"]],
+        "columns": [list(c) for c in (*METRICS, *infra)],
+        "rows": rows,
+        "runs": runs,
+        "settings": dict(settings),
+        "comparable": [k for k in COMPARABILITY if k in settings],
+        "description": card.get("description"),
+    }
+
+
+def collect(run_dir: str | os.PathLike[str], *, curves_png: bytes | None = None) -> dict[str, Any]:
+    """Everything the page shows, as the JSON object it embeds.
+
+    Args:
+        run_dir: A run folder: ``results.json`` with ``transcripts/`` (``searchenv eval --out``); ``card.json``
+            with ``transcripts/`` (``searchenv bench --out``); and/or ``metrics.jsonl`` (a training run), with
+            the episodes sampled at several steps under ``samples/`` (:func:`sample_dirs`).
+        curves_png: The learning curves as PNG bytes (embedded as a ``data:`` URI), or None.
+
+    Returns:
+        ``title``, ``columns`` ((key, title, format) of the results table), ``label_columns`` (its text columns),
+        ``rows`` (``results.json`` rows; a bench card's sets and their average; a training run's sampled steps),
+        ``runs`` (per row: ``agent``, ``retriever``, ``file``, ``max_doc_chars`` and its ``episodes``, the
+        transcript records as read; a bench run's ``label`` and ``scope``, its set), ``curves`` (a ``data:`` URI
+        or None), and for a bench card ``settings`` and ``comparable`` (the settings that make two cards
+        comparable).
+
+    Raises:
+        ReportError: Naming the file (and line, field) that is missing or not what the writers write.
+    """
+    root = Path(run_dir)
+    if not root.is_dir():
+        raise ReportError(f"{root} is not a folder; give the folder of a run (searchenv eval --out, searchenv "
+                          "bench --out, or a training run's folder)")
+    curves = None if curves_png is None else "data:image/png;base64," + base64.b64encode(curves_png).decode()
+    if (root / CARD_NAME).exists() or (root / CARD_NAME).is_symlink():
+        return {**_bench_runs(root), "curves": curves}
+    has_results = (root / RESULTS_NAME).exists() or (root / RESULTS_NAME).is_symlink()
+    samples = [] if has_results else sample_dirs(root)
+    if not has_results and curves_png is None and not samples:
+        raise ReportError(f"{root / RESULTS_NAME} not found (searchenv eval --out DIR writes it), and the folder holds "
+                          f"no {CARD_NAME} of a bench run and no {METRICS_NAME} of a training run: nothing to show")
+    rows: list[dict[str, Any]] = []
+    runs: list[dict[str, Any]] = []
+    if has_results:
+        rows, runs = _eval_runs(root, root)
+    for _, folder in samples:
+        more_rows, more_runs = _eval_runs(folder, root)
+        rows += more_rows
+        runs += more_runs
     columns = list(COLUMNS) + ([INFRA_COLUMN] if any(r.get("infra_errors") for r in rows) else [])
     task = next((f"{r['task']} / {r.get('split')}" for r in rows if r.get("task")), None)
+    what = f"{task}, sampled at steps {', '.join(str(s) for s, _ in samples)}" if samples and task else task
     return {
-        "title": f"{root.resolve().name}" + (f": {task}" if task else ""),
+        "title": f"{root.resolve().name}" + (f": {what}" if what else ""),
+        "label_columns": [["agent", "Agent"], ["retriever", "Retriever"]],
         "columns": [list(c) for c in columns],
         "rows": rows,
         "runs": runs,
-        "curves": None if curves_png is None else "data:image/png;base64," + base64.b64encode(curves_png).decode(),
+        "curves": curves,
     }
 
 
@@ -248,8 +336,6 @@ def training_dirs(run_dir: str | os.PathLike[str]) -> tuple[list[Path], list[str
     The folder itself when it has ``metrics.jsonl``; else its sub-folders that have one, labelled by name without
     a trailing ``seed<N>`` (``grpo-seed0`` and ``grpo-seed1`` are seeds of one arm, drawn as a band).
     """
-    import re
-
     root = Path(run_dir)
     if (root / METRICS_NAME).is_file():
         return [root], [root.resolve().name]

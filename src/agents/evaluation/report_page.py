@@ -55,6 +55,12 @@ pre { white-space: pre-wrap; overflow-wrap: anywhere; background: var(--bg2); pa
 .label { font-weight: 600; } .muted { color: var(--muted); }
 .err { color: var(--bad); white-space: pre-wrap; overflow-wrap: anywhere; }
 img.curves { max-width: 100%; border: 1px solid var(--line); }
+table.settings { border-collapse: collapse; font-size: 12px; }
+table.settings th, table.settings td { border-bottom: 1px solid var(--line); padding: 3px 8px; text-align: left;
+       vertical-align: top; }
+table.settings th { font-weight: 600; white-space: nowrap; font-family: ui-monospace, monospace; }
+table.settings td { font-family: ui-monospace, monospace; overflow-wrap: anywhere; }
+table.settings tr.comparable th { color: var(--accent); }
 """
 
 _SCRIPT = r"""
@@ -80,7 +86,11 @@ _SCRIPT = r"""
     const m = /\{:\.(\d+)f\}/.exec(f || "");
     return m ? v.toFixed(Number(m[1])) : String(v);
   }
-  function runLabel(run) { return String(run.agent) + " / " + String(run.retriever); }
+  function runLabel(run) {
+    return typeof run.label === "string" ? run.label : String(run.agent) + " / " + String(run.retriever);
+  }
+  const labelColumns = Array.isArray(DATA.label_columns) ? DATA.label_columns : [["agent", "Agent"],
+    ["retriever", "Retriever"]];
 
   // ---- results table ----------------------------------------------------------------------------------
   function interval(row, key) {
@@ -94,8 +104,8 @@ _SCRIPT = r"""
     add(host, el("h2", null, "Results"));
     const wrap = add(host, el("div", "wrap"));
     const table = add(wrap, el("table", "results"));
-    const cols = [["agent", "Agent", null, true], ["retriever", "Retriever", null, true], ["n", "n", "{}", false]]
-      .concat(columns.map(function (c) { return [c[0], c[1], c[2], false]; }));
+    const cols = labelColumns.map(function (c) { return [c[0], c[1], null, true]; })
+      .concat([["n", "n", "{}", false]], columns.map(function (c) { return [c[0], c[1], c[2], false]; }));
     const thead = add(table, el("thead"));
     const hr = add(thead, el("tr"));
     const tbody = add(table, el("tbody"));
@@ -150,10 +160,11 @@ _SCRIPT = r"""
   runs.forEach(function (run, ri) {
     (Array.isArray(run.episodes) ? run.episodes : []).forEach(function (rec) {
       const id = String(rec.example_id);
-      let g = byId.get(id);
+      const key = (typeof run.scope === "string" ? run.scope : "") + "\u0000" + id;  // a bench set's own ids
+      let g = byId.get(key);
       if (!g) {
         g = { id: id, question: String(rec.question), search: (id + "\n" + rec.question).toLowerCase(), eps: [] };
-        byId.set(id, g);
+        byId.set(key, g);
         groups.push(g);
       }
       g.eps.push({ run: ri, rec: rec, flags: flags(rec) });
@@ -344,6 +355,27 @@ _SCRIPT = r"""
     draw();
   }
 
+  function buildSettings(host) {
+    const settings = DATA.settings;
+    if (!settings || typeof settings !== "object" || Array.isArray(settings)) return;
+    add(host, el("h2", null, "Settings"));
+    if (typeof DATA.description === "string") add(host, el("p", "muted", DATA.description));
+    const comparable = new Set(Array.isArray(DATA.comparable) ? DATA.comparable.map(String) : []);
+    if (comparable.size) {
+      add(host, el("p", "muted", "Marked \u2605: the settings in which two cards must agree for their numbers to " +
+        "be comparable (searchenv compare-cards names those that differ)."));
+    }
+    const wrap = add(host, el("div", "wrap"));
+    const table = add(wrap, el("table", "settings"));
+    const body = add(table, el("tbody"));
+    Object.keys(settings).forEach(function (k) {
+      const tr = add(body, el("tr", comparable.has(k) ? "comparable" : null));
+      add(tr, el("th", null, (comparable.has(k) ? "\u2605 " : "") + k));
+      const v = settings[k];
+      add(tr, el("td", null, typeof v === "string" ? v : JSON.stringify(v)));
+    });
+  }
+
   function buildCurves(host) {
     if (typeof DATA.curves !== "string" || DATA.curves.indexOf("data:image/png;base64,") !== 0) return;
     add(host, el("h2", null, "Learning curves"));
@@ -355,6 +387,7 @@ _SCRIPT = r"""
   const root = document.getElementById("report");
   add(root, el("h1", null, String(DATA.title || "run report")));
   buildTable(root);
+  buildSettings(root);
   buildCurves(root);
   buildEpisodes(root);
   document.body.dataset.ready = "1";

@@ -1,9 +1,9 @@
 """SearchQA-v0 as a verifiers v1 environment: ``vf-eval searchqa`` and ``vf-validate searchqa``.
 
 verifiers 0.4 finds an environment by importing the module its id names (``searchqa``) and taking
-the ``Taskset`` (and, when exported, the ``Harness``) in its ``__all__``; this package ships that
-module (``src/searchqa``), a re-export of the classes here, so ``pip install 'searchenv[verifiers]'``
-is all ``vf-eval searchqa`` needs.
+the ``Taskset`` (and, when exported, the ``Harness``) in its ``__all__``; that module is the environment
+package ``env-packages/verifiers/searchqa`` (``pip install`` from its folder), a re-export of the classes
+here with ``load_environment``.
 
 - :class:`SearchQATaskset` yields one :class:`SearchQATask` per question of a task split; its prompt
   is the system and user message of :meth:`~searchenv.env.SearchQAEnv.messages`.

@@ -78,6 +78,16 @@ FORMER_NAMES: dict[str, list[str]] = {
         "DEFAULT_MAX_RESPONSE_BYTES", "DIALECTS", "RemoteRetriever", "TOKEN_ENV", "check_token", "is_server_url",
         "parse_query", "parse_search_r1", "remote_from_url",
     ],
+    "searchenv.serving.client": [
+        "DEFAULT_MAX_RESPONSE_BYTES", "DIALECTS", "RemoteRetriever", "TOKEN_ENV", "check_token", "is_server_url",
+        "parse_query", "parse_search_r1", "remote_from_url",
+    ],
+    "searchenv.protocols.actions": [
+        "Action", "Answer", "INVALID_CODES", "Invalid", "Open", "Search", "ToolCall",
+    ],
+    "searchenv.retrievers.quality": [
+        "MAX_IDS_CHECKED", "RetrievalQuality", "evaluate_retrieval", "evidence_warning", "index_doc_ids",
+    ],
     "searchenv.httpclient": [
         "DEFAULT_MAX_RESPONSE_BYTES", "JSONClient", "MAX_RETRY_AFTER", "RETRYABLE_STATUS", "check_call_options",
         "check_token", "error_text", "read_capped",
@@ -146,3 +156,4 @@ def test_renamed_helpers_keep_their_old_homes() -> None:
     with pytest.warns(DeprecationWarning, match="searchenv.protocols.invalid_share is now searchenv.metrics"):
         from searchenv.protocols import invalid_share
     assert invalid_share is metrics.invalid_share
+

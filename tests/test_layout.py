@@ -190,7 +190,7 @@ def test_agents_has_folders_not_flat_modules() -> None:
 LAYERS: dict[str, list[set[str]]] = {
     "searchenv": [
         {"cli", "serving", "integrations", "multi_agent"},
-        {"env", "vector", "make", "envpool"},
+        {"env", "vector", "make", "idle_envs"},
         {"protocols", "rewards", "retrievers", "tasks", "refiners", "retrieval_quality"},
         {"spaces", "actions", "metrics", "corpus", "encoders", "utils", "info"},
     ],

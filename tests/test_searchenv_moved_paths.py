@@ -88,6 +88,9 @@ FORMER_NAMES: dict[str, list[str]] = {
     "searchenv.retrievers.quality": [
         "MAX_IDS_CHECKED", "RetrievalQuality", "evaluate_retrieval", "evidence_warning", "index_doc_ids",
     ],
+    "searchenv.envpool": [
+        "EnvPool",
+    ],
     "searchenv.httpclient": [
         "DEFAULT_MAX_RESPONSE_BYTES", "JSONClient", "MAX_RETRY_AFTER", "RETRYABLE_STATUS", "check_call_options",
         "check_token", "error_text", "read_capped",
@@ -156,4 +159,11 @@ def test_renamed_helpers_keep_their_old_homes() -> None:
     with pytest.warns(DeprecationWarning, match="searchenv.protocols.invalid_share is now searchenv.metrics"):
         from searchenv.protocols import invalid_share
     assert invalid_share is metrics.invalid_share
+
+
+def test_env_pool_is_the_old_name_of_idle_envs_with_a_warning() -> None:
+    from searchenv import idle_envs
+
+    with pytest.warns(DeprecationWarning, match="searchenv.idle_envs.EnvPool is now searchenv.idle_envs.IdleEnvs"):
+        assert idle_envs.EnvPool is idle_envs.IdleEnvs
 

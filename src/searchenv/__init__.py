@@ -40,6 +40,7 @@ MOVED_MODULES = {
     "searchenv.protocols.actions": "searchenv.actions",
     "searchenv.serving.client": "searchenv.retrievers.remote",
     "searchenv.retrievers.quality": "searchenv.retrieval_quality",
+    "searchenv.envpool": "searchenv.idle_envs",
 }
 register_moves(MOVED_MODULES)
 

@@ -61,7 +61,7 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetr
 
 from agents.policies.chat import reply_ids, reply_text, template_renderer
 from searchenv.env import SearchQAEnv, episode_metrics
-from searchenv.envpool import EnvPool
+from searchenv.idle_envs import IdleEnvs
 from searchenv.retrievers.base import Hit
 from searchenv.retrievers.batching import MicroBatcher
 from searchenv.tasks.rows import example_from_row
@@ -75,7 +75,7 @@ REWARD_EXTRA_KEYS = ("em", "f1", "contains", "searches", "queries", "duplicate_q
                      "infra_errors", "answered", "answer_admissible", "opens", "return")
 #: How each of verl's rollout backends is asked to keep the stop string in the output.
 _KEEP_STOP = {"vllm": "include_stop_str_in_output", "trtllm": "include_stop_str_in_output", "sglang": "no_stop_trim"}
-_POOL = EnvPool()  # verl instantiates the loop per sample: environments are reused across samples
+_POOL = IdleEnvs()  # verl instantiates the loop per sample: environments are reused across samples
 _BATCHERS: dict[int, MicroBatcher] = {}  # one per retriever object (pooled environments share it)
 _BATCHERS_LOCK = threading.Lock()
 
@@ -164,7 +164,7 @@ class SearchQAAgentLoop(AgentLoopBase):
         if unknown:
             raise ValueError(f"unknown searchenv setting(s) {sorted(unknown)}; known: {sorted(_ENV_KEYS | _LOOP_KEYS)}")
         self.env_settings = settings
-        self.env_key = EnvPool.key(settings)
+        self.env_key = IdleEnvs.key(settings)
         self.response_length = int(self.rollout_config.response_length)
         backend = getattr(self.rollout_config, "name", None) or "vllm"  # verl's own default backend
         if backend not in _KEEP_STOP:

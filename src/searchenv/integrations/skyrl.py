@@ -47,7 +47,7 @@ from typing import Any
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
 from searchenv.env import SearchQAEnv
-from searchenv.envpool import EnvPool
+from searchenv.idle_envs import IdleEnvs
 from searchenv.info import client_info
 from searchenv.metrics import episode_metrics
 from searchenv.tasks.rows import example_from_row
@@ -57,7 +57,7 @@ ENV_ID = "searchqa"
 _CONFIG_KEYS = frozenset({"retriever", "corpus", "protocol", "reward", "top_k", "max_turns", "max_doc_chars"})
 _lock = threading.Lock()
 #: Closed environments per settings, reused by the next trajectories (SkyRL builds one env per trajectory).
-_POOL = EnvPool()
+_POOL = IdleEnvs()
 _SETTINGS: dict[int, tuple[Any, dict[str, Any], str]] = {}
 #: (settings key, a row's max_turns) -> those settings with it, and their pool key. SkyRL's generator
 #: writes its max_turns into every row, so this is the common path, and a pool key is a JSON dump.
@@ -95,7 +95,7 @@ def _settings(env_config: Any) -> tuple[dict[str, Any], str]:
     unknown = set(config) - _CONFIG_KEYS
     if unknown:
         raise ValueError(f"unknown env_config key(s) {sorted(unknown)}; known: {sorted(_CONFIG_KEYS)}")
-    key = EnvPool.key(config)
+    key = IdleEnvs.key(config)
     with _lock:
         if len(_SETTINGS) >= 64:
             _SETTINGS.clear()
@@ -109,7 +109,7 @@ def _with_turns(config: dict[str, Any], key: str, max_turns: int) -> tuple[dict[
     if cached is not None:
         return cached
     turned = {**config, "max_turns": max_turns}
-    out = (turned, EnvPool.key(turned))
+    out = (turned, IdleEnvs.key(turned))
     with _lock:
         if len(_WITH_TURNS) >= 256:
             _WITH_TURNS.clear()

@@ -167,3 +167,15 @@ def test_env_pool_is_the_old_name_of_idle_envs_with_a_warning() -> None:
     with pytest.warns(DeprecationWarning, match="searchenv.idle_envs.EnvPool is now searchenv.idle_envs.IdleEnvs"):
         assert idle_envs.EnvPool is idle_envs.IdleEnvs
 
+
+def test_info_warns_and_gives_what_client_view_and_step_info_hold(monkeypatch: pytest.MonkeyPatch) -> None:
+    from searchenv import client_view, step_info
+
+    monkeypatch.delitem(sys.modules, "searchenv.info", raising=False)
+    with pytest.warns(DeprecationWarning, match="searchenv.info is now searchenv.client_view"):
+        info = importlib.import_module("searchenv.info")
+    moved = {"ANSWER_DERIVED_KEYS": client_view, "MODES": client_view, "REWARD_KEYS": client_view,
+             "check_mode": client_view, "client_info": client_view, "client_reward": client_view,
+             "SUMMARY_KEY": step_info, "StepInfo": step_info}
+    assert sorted(info.__all__) == sorted(moved)
+    assert [name for name, home in moved.items() if getattr(info, name) is not getattr(home, name)] == []

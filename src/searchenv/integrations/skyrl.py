@@ -32,7 +32,7 @@ must match what the environment parses); each ``step`` returns the environment's
 message after a turn with no readable call, as :meth:`SearchQAEnv.messages` has them), the
 step's shaped reward, ``done`` when the agent answered or ran out of turns,
 and as ``metadata`` the step's ``info`` (action type, queries, document ids, reward terms and, at
-the end only, the gold answers, EM, F1 and the episode summary: :func:`searchenv.info.client_info`).
+the end only, the gold answers, EM, F1 and the episode summary: :func:`searchenv.client_view.client_info`).
 :meth:`~SearchQASkyRLEnv.get_metrics` gives :func:`searchenv.env.episode_metrics`, which SkyRL
 averages over episodes. Needs ``skyrl-gym`` (``pip install 'searchenv[skyrl]'``).
 """
@@ -46,9 +46,9 @@ from typing import Any
 
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
+from searchenv.client_view import client_info
 from searchenv.env import SearchQAEnv
 from searchenv.idle_envs import IdleEnvs
-from searchenv.info import client_info
 from searchenv.metrics import episode_metrics
 from searchenv.tasks.rows import example_from_row
 

@@ -30,7 +30,7 @@ TRL adapter. ``extra_fields["reward_extra_info"]`` holds the episode's EM, F1, s
 turns, infrastructure errors, ... (:data:`REWARD_EXTRA_KEYS`, the same keys for every sample), which
 verl lists as ``reward_extra_keys`` and averages per data source in its validation metrics
 (``val-aux/<data source>/em/mean@1``, ...); ``extra_fields`` also carry ``searchenv_metrics``
-(:func:`searchenv.env.episode_metrics`) and ``searchenv_reward_terms`` (per-turn terms). The
+(:func:`searchenv.metrics.episode_metrics`) and ``searchenv_reward_terms`` (per-turn terms). The
 loop's time in generation and in retrieval goes to verl's agent-loop timing metrics
 (``agent_loop/generate_sequences/*``, ``agent_loop/tool_calls/*``).
 
@@ -60,8 +60,9 @@ from uuid import uuid4
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
 from agents.policies.chat import reply_ids, reply_text, template_renderer
-from searchenv.env import SearchQAEnv, episode_metrics
+from searchenv.env import SearchQAEnv
 from searchenv.idle_envs import IdleEnvs
+from searchenv.metrics import episode_metrics
 from searchenv.retrievers.base import Hit
 from searchenv.retrievers.batching import MicroBatcher
 from searchenv.tasks.rows import example_from_row

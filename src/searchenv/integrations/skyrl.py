@@ -33,7 +33,7 @@ message after a turn with no readable call, as :meth:`SearchQAEnv.messages` has 
 step's shaped reward, ``done`` when the agent answered or ran out of turns,
 and as ``metadata`` the step's ``info`` (action type, queries, document ids, reward terms and, at
 the end only, the gold answers, EM, F1 and the episode summary: :func:`searchenv.client_view.client_info`).
-:meth:`~SearchQASkyRLEnv.get_metrics` gives :func:`searchenv.env.episode_metrics`, which SkyRL
+:meth:`~SearchQASkyRLEnv.get_metrics` gives :func:`searchenv.metrics.episode_metrics`, which SkyRL
 averages over episodes. Needs ``skyrl-gym`` (``pip install 'searchenv[skyrl]'``).
 """
 
@@ -183,7 +183,7 @@ class SearchQASkyRLEnv(BaseTextEnv):
         return out
 
     def get_metrics(self) -> dict[str, Any]:
-        """:func:`searchenv.env.episode_metrics` of the finished episode (empty before it ends)."""
+        """:func:`searchenv.metrics.episode_metrics` of the finished episode (empty before it ends)."""
         return episode_metrics(self.final_info) if self.final_info is not None else {}
 
     def close(self) -> None:

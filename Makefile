@@ -35,7 +35,8 @@ OPENENV_STAMP := $(OPENENV_VENV)/.installed-$(DEPS)
 # (it resolves to OpenEnv 0.4.1; the server runs OpenEnv 0.10 in .venv-openenv).
 VERIFIERS_VENV ?= .venv-verifiers
 VERIFIERS_STAMP := $(VERIFIERS_VENV)/.installed-$(DEPS)
-# The CPU build of torch that this project pins for set-up (the package itself needs only torch>=2.4).
+# The CPU build of torch that this project pins for set-up (the core package needs no torch; the extras
+# that run models ask for torch>=2.4).
 TORCH_PIN ?= torch==2.13.0
 .PHONY: install demo test test-latest lock test-fast test-numerics lint typecheck bench clean
 

@@ -39,7 +39,8 @@ VERIFIERS_STAMP := $(VERIFIERS_VENV)/.installed-$(DEPS)
 # as a user installs it: not editable, so its module `searchqa` comes before the deprecated one in src/.
 VERIFIERS_PACKAGE := env-packages/verifiers/searchqa
 VERIFIERS_PACKAGE_STAMP := $(VERIFIERS_VENV)/.installed-searchqa
-# The CPU build of torch that this project pins for set-up (the package itself needs only torch>=2.4).
+# The CPU build of torch that this project pins for set-up (the core package needs no torch; the extras
+# that run models ask for torch>=2.4).
 TORCH_PIN ?= torch==2.13.0
 .PHONY: install chromium demo test test-latest lock test-fast test-numerics lint typecheck bench clean
 

@@ -56,7 +56,7 @@ def main() -> None:
 
     from agents.evaluation.evaluate import evaluate
     from searchenv.make import resolve_retriever
-    from searchenv.retrievers.quality import evaluate_retrieval
+    from searchenv.retrieval_quality import evaluate_retrieval
     from searchenv.tasks import load_task
 
     tokenizer = _tokenizer()

@@ -3,7 +3,7 @@
 Our BM25 removes English stop words but, by default, matches exact word forms ("founded" does not
 match "founding"); Pyserini's default analyzer, which Search-R1 and FlashRAG use, also stems. This
 benchmark builds the same corpus twice (``stemmer=None`` and ``stemmer="english"``) and reports
-recall@1/5/10 of gold evidence (``searchenv.retrievers.quality.evaluate_retrieval``) on:
+recall@1/5/10 of gold evidence (``searchenv.retrieval_quality.evaluate_retrieval``) on:
 
 - ``real-text``: a small real-English fixture written for this benchmark
   (``benchmarks/data/real_text``: 40 encyclopedic passages, 40 questions whose wording often differs
@@ -25,8 +25,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import write_results  # noqa: E402
 from searchenv.corpus import read_corpus  # noqa: E402
+from searchenv.retrieval_quality import evaluate_retrieval  # noqa: E402
 from searchenv.retrievers.bm25 import BM25Retriever  # noqa: E402
-from searchenv.retrievers.quality import evaluate_retrieval  # noqa: E402
 from searchenv.tasks import QAExample, load_task, read_qa_jsonl  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "real_text"

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from agents.baselines import run_agent
 from agents.baselines.scripted import HeuristicAgent, OracleAgent
-from searchenv.env import SearchQAEnv, episode_metrics
+from searchenv.env import SearchQAEnv
+from searchenv.metrics import episode_metrics
 from searchenv.protocols import Answer, Invalid, Open, Search, get_protocol
 from searchenv.retrievers import retriever_for_corpus
 from searchenv.retrievers.base import Hit

@@ -205,7 +205,7 @@ def test_serve_by_entry_point_name_answers_as_in_process(work: Path) -> None:
     _register_entry_point(work, "keyword", "my_retriever:KeywordRetriever")
     from my_retriever import KeywordRetriever
 
-    from searchenv.serving.client import remote_from_url
+    from searchenv.retrievers.remote import remote_from_url
 
     port = free_port()
     paths = [str(work), str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]

@@ -334,7 +334,7 @@ def test_a_turn_with_a_lone_surrogate_is_kept_writable(corpus_file: Any) -> None
 
 
 def test_what_a_client_may_see_holds_nothing_derived_from_the_answer_until_the_end(make_env: Any) -> None:
-    from searchenv.info import ANSWER_DERIVED_KEYS, client_info
+    from searchenv.client_view import ANSWER_DERIVED_KEYS, client_info
 
     env = make_env(reward="r3-rag", max_turns=3)
     env.reset(options={"index": 1})

@@ -110,6 +110,64 @@ def test_no_import_cycles(package: str) -> None:
     assert _cycles(package) == []
 
 
+def _folder_cycles(package: str) -> list[list[str]]:
+    """Cycles between the folders (and top-level modules) of ``package``, lazy imports included.
+
+    A module's folder is its first name under the package (``searchenv.retrievers.bm25`` is in
+    ``retrievers``, ``searchenv.refiners`` is its own). Two folders that import each other are one
+    concern split in two, even when neither module imports the other, and even when the import that
+    closes the loop sits inside a function. Imports of the package's own ``__init__`` (the public API,
+    at the top) are left out. Returns each strongly connected set of more than one folder, sorted.
+    """
+    mods = _modules(package)
+    graph: dict[str, set[str]] = {}
+    for name, path in mods.items():
+        if name == package:
+            continue
+        mine = name.split(".")[1]
+        graph.setdefault(mine, set())
+        graph[mine] |= {t.split(".")[1] for t in _imports(name, path, mods) if t.startswith(package + ".")} - {mine}
+
+    def reach(start: str) -> set[str]:
+        seen: set[str] = set()
+        todo = [start]
+        while todo:
+            for w in graph.get(todo.pop(), ()):
+                if w not in seen:
+                    seen.add(w)
+                    todo.append(w)
+        return seen
+
+    reached = {v: reach(v) for v in graph}
+    comps = {tuple(sorted(w for w in graph if w in reached[v] and v in reached[w])) for v in graph if v in reached[v]}
+    return sorted(list(c) for c in comps)
+
+
+def test_the_folder_cycle_finder_finds_a_cycle_closed_by_a_lazy_import(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """No module imports itself back, but one folder does, through an import inside a function."""
+    pkg = tmp_path / "toy"
+    for folder in ("sub", "other"):
+        (pkg / folder).mkdir(parents=True)
+        (pkg / folder / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "a.py").write_text("from toy.other import b\n")
+    (pkg / "sub" / "c.py").write_text("X = 1\n")
+    (pkg / "other" / "b.py").write_text("def f():\n    from toy.sub.c import X\n    return X\n")
+    (pkg / "leaf.py").write_text("from toy.sub import a\n")
+    monkeypatch.setattr(sys.modules[__name__], "SRC", tmp_path)
+    assert _cycles("toy") == []
+    assert _folder_cycles("toy") == [["other", "sub"]]
+    (pkg / "other" / "b.py").write_text("X = 2\n")
+    assert _folder_cycles("toy") == []
+
+
+@pytest.mark.parametrize("package", ["searchenv", "agents"])
+def test_no_import_cycles_between_folders(package: str) -> None:
+    """The folders of a package use each other without a cycle, counting imports inside functions."""
+    assert _folder_cycles(package) == []
+
+
 @pytest.mark.parametrize("package", ["searchenv", "agents"])
 def test_no_source_file_over_800_lines(package: str) -> None:
     long = {
@@ -132,11 +190,9 @@ def test_agents_has_folders_not_flat_modules() -> None:
 LAYERS: dict[str, list[set[str]]] = {
     "searchenv": [
         {"cli", "serving", "integrations", "multi_agent"},
-        {"env", "vector", "make", "envpool"},
-        # serving.client is a retriever (a retrieval server's client), whatever folder the dialects share
-        {"protocols", "rewards", "retrievers", "tasks", "refiners", "serving.client"},
-        # protocols.actions holds the action types and invalid-turn codes only: data the metrics count
-        {"spaces", "metrics", "corpus", "encoders", "utils", "info", "protocols.actions"},
+        {"env", "vector", "make", "idle_envs"},
+        {"protocols", "rewards", "retrievers", "tasks", "refiners", "retrieval_quality"},
+        {"spaces", "actions", "metrics", "corpus", "encoders", "utils", "step_info", "client_view", "info"},
     ],
     "agents": [
         {"cli", "integrations"},
@@ -148,16 +204,22 @@ LAYERS: dict[str, list[set[str]]] = {
 
 
 def _layer(package: str, module: str) -> int:
-    """The layer index of ``module`` (0 is the top); the package's own ``__init__`` is the top."""
+    """The layer index of ``module``'s folder (0 is the top); the package's own ``__init__`` is the top.
+
+    A layer names folders and top-level modules only: a module that does not fit its folder's layer
+    moves, it is not carved out.
+    """
     rest = module.removeprefix(package).lstrip(".")
     if not rest:
         return 0
-    for depth in (2, 1):  # the most specific name first (protocols.actions before protocols)
-        key = ".".join(rest.split(".")[:depth])
-        for i, layer in enumerate(LAYERS[package]):
-            if key in layer:
-                return i
+    for i, layer in enumerate(LAYERS[package]):
+        if rest.split(".")[0] in layer:
+            return i
     raise AssertionError(f"{module} is in no layer of {package}: add it to LAYERS and docs/reference/architecture.md")
+
+
+def test_layers_name_folders_not_modules_inside_them() -> None:
+    assert [name for layers in LAYERS.values() for layer in layers for name in layer if "." in name] == []
 
 
 def _with_packages(imported: set[str], known: dict[str, Path]) -> set[str]:

@@ -77,8 +77,8 @@ def test_any_text_is_refined_without_error(query: str, text: str, n: int) -> Non
 
 
 def test_eval_retrieval_compares_with_and_without_a_refiner(tmp_path: Any) -> None:
+    from searchenv.retrieval_quality import evaluate_retrieval
     from searchenv.retrievers.bm25 import BM25Retriever
-    from searchenv.retrievers.quality import evaluate_retrieval
 
     from .conftest import DOCS
 

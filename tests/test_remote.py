@@ -17,7 +17,7 @@ uvicorn = pytest.importorskip("uvicorn")
 
 from searchenv.retrievers.base import Hit, RetrieverError  # noqa: E402
 from searchenv.retrievers.bm25 import BM25Retriever  # noqa: E402
-from searchenv.serving.client import RemoteRetriever, parse_query, parse_search_r1  # noqa: E402
+from searchenv.retrievers.remote import RemoteRetriever, parse_query, parse_search_r1  # noqa: E402
 from searchenv.serving.server import ServerLimits, create_app, uvicorn_config  # noqa: E402
 
 from .conftest import DOCS, ScriptedHandler  # noqa: E402
@@ -242,7 +242,7 @@ def test_remote_works_as_the_env_retriever_protocol(live_url: str) -> None:
 
 def test_endpoint_url_forms() -> None:
     # A URL with a custom path is kept as-is (servers mounted under a prefix).
-    from searchenv.serving.client import _endpoint
+    from searchenv.retrievers.remote import _endpoint
 
     assert _endpoint("http://h:1/api/retrieve") == "http://h:1/api/retrieve"
     assert _endpoint("http://h:1/") == "http://h:1/retrieve"

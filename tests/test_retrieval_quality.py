@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from searchenv.retrieval_quality import evaluate_retrieval
 from searchenv.retrievers.base import Hit
 from searchenv.retrievers.bm25 import BM25Retriever
-from searchenv.retrievers.quality import evaluate_retrieval
 from searchenv.tasks import QAExample, write_qa_jsonl
 
 from .conftest import DOCS, EXAMPLES

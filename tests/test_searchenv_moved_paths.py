@@ -78,6 +78,19 @@ FORMER_NAMES: dict[str, list[str]] = {
         "DEFAULT_MAX_RESPONSE_BYTES", "DIALECTS", "RemoteRetriever", "TOKEN_ENV", "check_token", "is_server_url",
         "parse_query", "parse_search_r1", "remote_from_url",
     ],
+    "searchenv.serving.client": [
+        "DEFAULT_MAX_RESPONSE_BYTES", "DIALECTS", "RemoteRetriever", "TOKEN_ENV", "check_token", "is_server_url",
+        "parse_query", "parse_search_r1", "remote_from_url",
+    ],
+    "searchenv.protocols.actions": [
+        "Action", "Answer", "INVALID_CODES", "Invalid", "Open", "Search", "ToolCall",
+    ],
+    "searchenv.retrievers.quality": [
+        "MAX_IDS_CHECKED", "RetrievalQuality", "evaluate_retrieval", "evidence_warning", "index_doc_ids",
+    ],
+    "searchenv.envpool": [
+        "EnvPool",
+    ],
     "searchenv.httpclient": [
         "DEFAULT_MAX_RESPONSE_BYTES", "JSONClient", "MAX_RETRY_AFTER", "RETRYABLE_STATUS", "check_call_options",
         "check_token", "error_text", "read_capped",
@@ -146,3 +159,23 @@ def test_renamed_helpers_keep_their_old_homes() -> None:
     with pytest.warns(DeprecationWarning, match="searchenv.protocols.invalid_share is now searchenv.metrics"):
         from searchenv.protocols import invalid_share
     assert invalid_share is metrics.invalid_share
+
+
+def test_env_pool_is_the_old_name_of_idle_envs_with_a_warning() -> None:
+    from searchenv import idle_envs
+
+    with pytest.warns(DeprecationWarning, match="searchenv.idle_envs.EnvPool is now searchenv.idle_envs.IdleEnvs"):
+        assert idle_envs.EnvPool is idle_envs.IdleEnvs
+
+
+def test_info_warns_and_gives_what_client_view_and_step_info_hold(monkeypatch: pytest.MonkeyPatch) -> None:
+    from searchenv import client_view, step_info
+
+    monkeypatch.delitem(sys.modules, "searchenv.info", raising=False)
+    with pytest.warns(DeprecationWarning, match="searchenv.info is now searchenv.client_view"):
+        info = importlib.import_module("searchenv.info")
+    moved = {"ANSWER_DERIVED_KEYS": client_view, "MODES": client_view, "REWARD_KEYS": client_view,
+             "check_mode": client_view, "client_info": client_view, "client_reward": client_view,
+             "SUMMARY_KEY": step_info, "StepInfo": step_info}
+    assert sorted(info.__all__) == sorted(moved)
+    assert [name for name, home in moved.items() if getattr(info, name) is not getattr(home, name)] == []

@@ -132,7 +132,7 @@ def test_damaged_shard_list_is_a_clear_error(tmp_path: Path) -> None:
 def test_shards_served_by_separate_servers_merge_into_the_unsharded_ranking(tmp_path: Path) -> None:
     pytest.importorskip("uvicorn")
     from searchenv.cli.serve_cmds import _open_retriever
-    from searchenv.serving.client import RemoteRetriever
+    from searchenv.retrievers.remote import RemoteRetriever
     from searchenv.serving.server import create_app
 
     from .test_remote import LiveServer

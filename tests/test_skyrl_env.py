@@ -9,8 +9,8 @@ import pytest
 
 skyrl_gym = pytest.importorskip("skyrl_gym")
 
+from searchenv.client_view import ANSWER_DERIVED_KEYS  # noqa: E402
 from searchenv.env import SearchQAEnv  # noqa: E402
-from searchenv.info import ANSWER_DERIVED_KEYS  # noqa: E402
 from searchenv.integrations.skyrl import SearchQASkyRLEnv, register  # noqa: E402
 from searchenv.retrievers.bm25 import BM25Retriever  # noqa: E402
 from searchenv.tasks import QAExample  # noqa: E402

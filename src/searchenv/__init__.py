@@ -34,10 +34,13 @@ MOVED_MODULES = {
     "searchenv.docstore": "searchenv.retrievers.index.docstore",
     "searchenv.retrievers.index_meta": "searchenv.retrievers.index.metadata",
     "searchenv.retrievers.server": "searchenv.serving.server",
-    "searchenv.retrievers.remote": "searchenv.serving.client",
     "searchenv.httpclient": "searchenv.utils.httpclient",
     "searchenv.jsonsafe": "searchenv.utils.jsonsafe",
     "searchenv.files": "searchenv.utils.files",
+    "searchenv.protocols.actions": "searchenv.actions",
+    "searchenv.serving.client": "searchenv.retrievers.remote",
+    "searchenv.retrievers.quality": "searchenv.retrieval_quality",
+    "searchenv.envpool": "searchenv.idle_envs",
 }
 register_moves(MOVED_MODULES)
 

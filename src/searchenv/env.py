@@ -11,7 +11,6 @@ from typing import Any, SupportsFloat
 import gymnasium as gym
 import numpy as np
 
-from searchenv.info import SUMMARY_KEY, StepInfo
 from searchenv.make import check_evidence, resolve_retriever, resolve_task, shared_retriever
 from searchenv.metrics import episode_metrics, exact_match, f1_score, gold_in_prediction, normalize_answer
 from searchenv.protocols import Action, ActionProtocol, Answer, Invalid, Open, Search, get_protocol
@@ -19,6 +18,7 @@ from searchenv.refiners import Refiner, get_refiner
 from searchenv.retrievers.base import Hit, Retriever, RetrieverError, search_or_error
 from searchenv.rewards import Reward, RewardResult, StepContext, answer_admissible, get_reward, score_step
 from searchenv.spaces import UnicodeText
+from searchenv.step_info import SUMMARY_KEY, StepInfo
 from searchenv.tasks.example import QAExample
 from searchenv.utils.text import writable
 

@@ -1,111 +1,27 @@
-"""The ``info`` dict of a step: the episode summary under ``"summary"``, its old key readable for one release.
+"""Deprecated: ``searchenv.info`` held two things, now each in a module named for it.
 
-Gymnasium's ``RecordEpisodeStatistics`` (and stable-baselines3's ``Monitor``) write their own
-``info["episode"]`` and refuse an environment that already has one, so the environment's end-of-episode
-summary is ``info["summary"]``. Until the next release, reading ``info["episode"]`` on an info that has no
-such key of its own still gives the summary, with a ``DeprecationWarning``; ``"episode" in info`` is False,
-so the wrappers see a free key.
+What a client outside the process sees of a step (``client_info``, ``client_reward``, ``MODES``,
+``check_mode``, ``ANSWER_DERIVED_KEYS``, ``REWARD_KEYS``) is :mod:`searchenv.client_view`; the step
+info's type and summary key (``StepInfo``, ``SUMMARY_KEY``) are :mod:`searchenv.step_info`. Importing
+this module warns; it is removed in the next release.
 """
 
 from __future__ import annotations
 
 import warnings
-from typing import Any
 
-#: The key of the end-of-episode summary in a step's info (and, with ``"_summary"``, in a vector info).
-SUMMARY_KEY = "summary"
-_OLD_KEYS = {"episode": SUMMARY_KEY, "_episode": "_" + SUMMARY_KEY}
+from searchenv.client_view import (
+    ANSWER_DERIVED_KEYS,
+    MODES,
+    REWARD_KEYS,
+    check_mode,
+    client_info,
+    client_reward,
+)
+from searchenv.step_info import SUMMARY_KEY, StepInfo
 
+__all__ = ["ANSWER_DERIVED_KEYS", "MODES", "REWARD_KEYS", "SUMMARY_KEY", "StepInfo", "check_mode", "client_info",
+           "client_reward"]
 
-class StepInfo(dict[str, Any]):
-    """A plain ``dict`` whose missing ``"episode"`` reads ``"summary"`` (deprecated; removed in the next release)."""
-
-    def __missing__(self, key: str) -> Any:
-        new = _OLD_KEYS.get(key)
-        if new is None or not dict.__contains__(self, new):
-            raise KeyError(key)
-        warnings.warn(
-            f'info["{key}"] is now info["{new}"] (Gymnasium\'s RecordEpisodeStatistics writes info["episode"]); '
-            f"the old key is removed in the next release",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self[new]
-
-
-#: Info keys computed from the gold answers or the gold evidence. A client outside the process (a served
-#: session, an engine's generator) sees them only on the step that ends its episode (:func:`client_info`).
-ANSWER_DERIVED_KEYS = frozenset({"gold_answers", "em", "f1", "contains", "evidence_recall", SUMMARY_KEY,
-                                 "reward_signals"})
-
-
-#: How a served environment shows rewards. ``training``: every step's reward and its terms, the training
-#: signal. ``evaluation``: no reward, reward term or metric before the episode ends; the step that ends it
-#: carries the episode's return (its terms summed over the episode). A benchmark must use ``evaluation``:
-#: under presets that pay for relevance (``process``, ``shaped``) a step's reward tells which documents are
-#: gold evidence.
-MODES = ("training", "evaluation")
-#: Info keys that carry the reward, hidden before the episode ends in evaluation mode.
-REWARD_KEYS = frozenset({"reward_terms"})
-
-
-def check_mode(mode: object) -> str:
-    """``mode`` if it is one of :data:`MODES`.
-
-    Raises:
-        ValueError: Naming the modes and the value.
-    """
-    if not isinstance(mode, str) or mode not in MODES:
-        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-    return mode
-
-
-def client_info(info: dict[str, Any], *, done: bool, mode: str = "training") -> dict[str, Any]:
-    """What a client outside the process may see of a step's ``info``: the one place that decides it.
-
-    While the episode runs, nothing derived from the answer leaves: the gold answers, EM/F1/contains,
-    evidence recall, the summary (which repeats them) and the raw reward signals (relevance to the gold
-    evidence, paid at the end under some presets) are dropped (:data:`ANSWER_DERIVED_KEYS`). In
-    ``training`` mode the step's reward terms stay: they are the training signal; in ``evaluation`` mode
-    they are dropped too (:data:`REWARD_KEYS`). On the step that ends the episode the info is returned
-    whole, except that in ``evaluation`` mode ``reward_terms`` are the episode's (:func:`client_reward`).
-
-    Args:
-        info: A step's info (:meth:`~searchenv.env.SearchQAEnv.step`).
-        done: Whether this step ended the episode (terminated or truncated).
-        mode: One of :data:`MODES`.
-
-    Returns:
-        A new plain dict.
-
-    Raises:
-        ValueError: On an unknown mode.
-    """
-    check_mode(mode)
-    if done:
-        out = dict(info)
-        if mode == "evaluation":
-            out["reward_terms"] = client_reward(0.0, info, done=True, mode=mode)[1]
-        return out
-    hidden = ANSWER_DERIVED_KEYS | (REWARD_KEYS if mode == "evaluation" else frozenset())
-    return {k: v for k, v in info.items() if k not in hidden}
-
-
-def client_reward(reward: float, info: dict[str, Any], *, done: bool,
-                  mode: str = "training") -> tuple[float | None, dict[str, float]]:
-    """The reward and reward terms a client outside the process sees for a step.
-
-    ``training``: the step's reward and terms. ``evaluation``: None and no terms before the episode
-    ends; on the step that ends it, the episode's return and each term summed over the episode (from
-    the info's summary), so a client that adds up its rewards gets the same return in either mode.
-
-    Raises:
-        ValueError: On an unknown mode.
-    """
-    check_mode(mode)
-    if mode == "training":
-        return float(reward), dict(info.get("reward_terms") or {})
-    if not done:
-        return None, {}
-    summary = info[SUMMARY_KEY]
-    return float(summary["return"]), dict(summary["reward_totals"])
+warnings.warn("searchenv.info is now searchenv.client_view (what a client sees) and searchenv.step_info (StepInfo, "
+              "SUMMARY_KEY); the old path will be removed in the next release", DeprecationWarning, stacklevel=2)

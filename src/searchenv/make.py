@@ -60,7 +60,7 @@ def check_evidence(retriever: Retriever, examples: Sequence[QAExample], task: st
                     spec: object) -> None:
     """Warn once per process (a :class:`~searchenv.corpus.DataWarning`) if a QA file's evidence is not in the index.
 
-    See :func:`searchenv.retrievers.quality.evidence_warning`; named tasks bring their own corpus.
+    See :func:`searchenv.retrieval_quality.evidence_warning`; named tasks bring their own corpus.
     """
     if not Path(task).is_file():
         return
@@ -69,7 +69,7 @@ def check_evidence(retriever: Retriever, examples: Sequence[QAExample], task: st
     if key in _EVIDENCE_CHECKED:
         return
     _EVIDENCE_CHECKED.add(key)
-    from searchenv.retrievers.quality import evidence_warning
+    from searchenv.retrieval_quality import evidence_warning
 
     label = str(spec) if isinstance(spec, str | os.PathLike) else type(retriever).__name__
     message = evidence_warning(retriever, examples, index=label, questions=str(task))
@@ -121,7 +121,7 @@ def shared_retriever(retriever: str | os.PathLike[str] | Retriever, corpus_path:
     """:func:`resolve_retriever` with the corpus already resolved to a file (or None)."""
     from searchenv.retrievers import index_kinds, open_index, retriever_for_corpus
     from searchenv.retrievers.base import CLOSED_BOOK, NoDocuments
-    from searchenv.serving.client import is_server_url
+    from searchenv.retrievers.remote import is_server_url
 
     if not isinstance(retriever, str | os.PathLike):
         from searchenv.retrievers.custom import check_retriever
@@ -130,7 +130,7 @@ def shared_retriever(retriever: str | os.PathLike[str] | Retriever, corpus_path:
     if retriever == CLOSED_BOOK:
         return NoDocuments()
     if is_server_url(retriever):
-        from searchenv.serving.client import remote_from_url
+        from searchenv.retrievers.remote import remote_from_url
 
         key_url = ("remote", str(retriever))
         if key_url not in _SHARED:  # one client (and connection pool) per server and process

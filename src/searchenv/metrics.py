@@ -33,7 +33,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from searchenv.protocols.actions import INVALID_CODES
+from searchenv.actions import INVALID_CODES
 
 _PUNCT = frozenset(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)

@@ -29,8 +29,8 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from searchenv.env import SearchQAEnv, StepRequest
-from searchenv.info import StepInfo
 from searchenv.retrievers.base import Hit, Retriever, search_or_error
+from searchenv.step_info import StepInfo
 
 _K = TypeVar("_K")
 

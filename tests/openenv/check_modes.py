@@ -24,7 +24,7 @@ from openenv.core.env_server.serialization import serialize_observation
 from starlette.testclient import TestClient
 from tests.conftest import DOCS, EXAMPLES
 
-from searchenv.info import ANSWER_DERIVED_KEYS
+from searchenv.client_view import ANSWER_DERIVED_KEYS
 from searchenv.integrations.openenv import SearchQAEnvironment, SearchQAService, create_app, settings_from_environ
 from searchenv.retrievers.bm25 import BM25Retriever
 from searchenv.tasks import write_qa_jsonl

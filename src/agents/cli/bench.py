@@ -86,7 +86,7 @@ def bench_command(
     from searchenv.retrievers import index_kinds
     from searchenv.retrievers.base import RetrieverError
     from searchenv.retrievers.custom import is_custom_spec, parse_options
-    from searchenv.serving.client import is_server_url
+    from searchenv.retrievers.remote import is_server_url
 
     err = Console(stderr=True)
     if suite not in SUITES:

@@ -374,7 +374,7 @@ def bench_retriever(corpus: Path, retriever: Any, *, index: str | os.PathLike[st
         ValueError: If a custom retriever cannot be built, or options are given without one.
     """
     from searchenv.retrievers.custom import check_retriever, is_custom_spec, load_retriever, takes_corpus
-    from searchenv.serving.client import is_server_url, remote_from_url
+    from searchenv.retrievers.remote import is_server_url, remote_from_url
 
     url = next((str(x) for x in (index, retriever) if isinstance(x, str) and is_server_url(x)), None)
     custom = isinstance(retriever, str) and url is None and index is None and is_custom_spec(retriever)

@@ -10,7 +10,7 @@ Three aggregations share it and differ on purpose:
   not finished transcripts, and reports means with standard deviations through
   :func:`agents.trainers.metrics.stats` (numpy's summation: published training curves used it).
 
-:func:`searchenv.env.episode_metrics` flattens ONE episode's final info for an engine's logger;
+:func:`searchenv.metrics.episode_metrics` flattens ONE episode's final info for an engine's logger;
 the three above aggregate many.
 """
 

@@ -30,7 +30,7 @@ TRL adapter. ``extra_fields["reward_extra_info"]`` holds the episode's EM, F1, s
 turns, infrastructure errors, ... (:data:`REWARD_EXTRA_KEYS`, the same keys for every sample), which
 verl lists as ``reward_extra_keys`` and averages per data source in its validation metrics
 (``val-aux/<data source>/em/mean@1``, ...); ``extra_fields`` also carry ``searchenv_metrics``
-(:func:`searchenv.env.episode_metrics`) and ``searchenv_reward_terms`` (per-turn terms). The
+(:func:`searchenv.metrics.episode_metrics`) and ``searchenv_reward_terms`` (per-turn terms). The
 loop's time in generation and in retrieval goes to verl's agent-loop timing metrics
 (``agent_loop/generate_sequences/*``, ``agent_loop/tool_calls/*``).
 
@@ -60,8 +60,9 @@ from uuid import uuid4
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
 from agents.policies.chat import reply_ids, reply_text, template_renderer
-from searchenv.env import SearchQAEnv, episode_metrics
-from searchenv.envpool import EnvPool
+from searchenv.env import SearchQAEnv
+from searchenv.idle_envs import IdleEnvs
+from searchenv.metrics import episode_metrics
 from searchenv.retrievers.base import Hit
 from searchenv.retrievers.batching import MicroBatcher
 from searchenv.tasks.rows import example_from_row
@@ -75,7 +76,7 @@ REWARD_EXTRA_KEYS = ("em", "f1", "contains", "searches", "queries", "duplicate_q
                      "infra_errors", "answered", "answer_admissible", "opens", "return")
 #: How each of verl's rollout backends is asked to keep the stop string in the output.
 _KEEP_STOP = {"vllm": "include_stop_str_in_output", "trtllm": "include_stop_str_in_output", "sglang": "no_stop_trim"}
-_POOL = EnvPool()  # verl instantiates the loop per sample: environments are reused across samples
+_POOL = IdleEnvs()  # verl instantiates the loop per sample: environments are reused across samples
 _BATCHERS: dict[int, MicroBatcher] = {}  # one per retriever object (pooled environments share it)
 _BATCHERS_LOCK = threading.Lock()
 
@@ -164,7 +165,7 @@ class SearchQAAgentLoop(AgentLoopBase):
         if unknown:
             raise ValueError(f"unknown searchenv setting(s) {sorted(unknown)}; known: {sorted(_ENV_KEYS | _LOOP_KEYS)}")
         self.env_settings = settings
-        self.env_key = EnvPool.key(settings)
+        self.env_key = IdleEnvs.key(settings)
         self.response_length = int(self.rollout_config.response_length)
         backend = getattr(self.rollout_config, "name", None) or "vllm"  # verl's own default backend
         if backend not in _KEEP_STOP:

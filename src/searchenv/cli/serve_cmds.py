@@ -17,8 +17,8 @@ def _open_retriever(indexes: list[Path], mmap: bool, weights: list[float] | None
     if shard_urls:
         if indexes:
             raise typer.BadParameter("give --index folders or --shard-url servers, not both", param_hint="--shard-url")
+        from searchenv.retrievers.remote import remote_from_url
         from searchenv.retrievers.sharded import ShardedRetriever
-        from searchenv.serving.client import remote_from_url
 
         return ShardedRetriever([remote_from_url(u) for u in shard_urls])
     if not indexes:
@@ -267,10 +267,10 @@ def eval_retrieval(
 
     from searchenv.cli.index_cmds import parse_options
     from searchenv.corpus import CorpusFormatError
+    from searchenv.retrieval_quality import evaluate_retrieval, evidence_warning
     from searchenv.retrievers import RetrieverError, open_index
     from searchenv.retrievers.custom import is_custom_spec, load_retriever
-    from searchenv.retrievers.quality import evaluate_retrieval, evidence_warning
-    from searchenv.serving.client import is_server_url, remote_from_url
+    from searchenv.retrievers.remote import is_server_url, remote_from_url
     from searchenv.tasks.qa_files import read_qa_jsonl
 
     indexes = list(index)

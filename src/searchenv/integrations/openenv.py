@@ -15,7 +15,7 @@ WebSocket) to ``step`` for an environment whose action class is ``CallToolAction
 Every observation of a call (:class:`SearchQAObservation`) carries ``reward`` (the step's shaped
 reward), ``reward_terms`` (each term's contribution; they sum to the reward), ``done``, the
 tool's reply as ``result``, the new chat messages, and the step's ``info`` as ``metadata``, less
-whatever is derived from the answer until the episode ends (:func:`~searchenv.info.client_info`:
+whatever is derived from the answer until the episode ends (:func:`~searchenv.client_view.client_info`:
 the gold answers, EM, F1 and the summary come on the final observation only). ``reset`` takes
 ``seed``, ``split``, ``index`` or ``example_id``; the same seed picks the same question as
 ``gymnasium.make("SearchQA-v0", ...)`` over the same split. OpenEnv's task API (``list_splits``,
@@ -57,8 +57,8 @@ from openenv.core.env_server.types import ConcurrencyConfig, EnvironmentMetadata
 from pydantic import Field
 from starlette.exceptions import HTTPException
 
+from searchenv.client_view import check_mode, client_info, client_reward
 from searchenv.env import SearchQAEnv
-from searchenv.info import check_mode, client_info, client_reward
 from searchenv.integrations.openenv_manifest import check_range, episode_reward_range, step_reward_range
 from searchenv.integrations.openenv_sessions import TRANSPORT, SessionServer
 from searchenv.make import check_evidence, resolve_task, shared_retriever
@@ -138,7 +138,7 @@ class SearchQAService:
         reward: A preset name or ``{term: weight}``.
         reward_range: The declared range of a step's reward (default: :func:`step_reward_range`).
         mode: ``training`` (every step's reward and terms) or ``evaluation`` (no reward, term or metric
-            before the episode ends; the last observation carries the return): :data:`searchenv.info.MODES`.
+            before the episode ends; the last observation carries the return): :data:`searchenv.client_view.MODES`.
         **env_kwargs: ``top_k`` (within :data:`TOP_K_BOUNDS`), ``max_turns``, ``max_doc_chars``,
             ``max_turn_chars`` ... for :class:`~searchenv.env.SearchQAEnv`.
 

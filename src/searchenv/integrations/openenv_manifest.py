@@ -93,13 +93,13 @@ def manifest(
         port: The port it is served on.
         episode_timeout_s: The declared episode timeout (the server's idle timeout).
         app: The ASGI app's import path (OpenEnv's package layout: ``server/app.py``).
-        mode: The server's mode (:data:`searchenv.info.MODES`): ``training`` sends every step's reward,
+        mode: The server's mode (:data:`searchenv.client_view.MODES`): ``training`` sends every step's reward,
             ``evaluation`` only the return at the end (``reward_range`` is then the return's).
 
     Returns:
         The manifest's text.
     """
-    from searchenv.info import check_mode
+    from searchenv.client_view import check_mode
 
     low, high = check_range(reward_range)
     check_mode(mode)

@@ -32,8 +32,8 @@ must match what the environment parses); each ``step`` returns the environment's
 message after a turn with no readable call, as :meth:`SearchQAEnv.messages` has them), the
 step's shaped reward, ``done`` when the agent answered or ran out of turns,
 and as ``metadata`` the step's ``info`` (action type, queries, document ids, reward terms and, at
-the end only, the gold answers, EM, F1 and the episode summary: :func:`searchenv.info.client_info`).
-:meth:`~SearchQASkyRLEnv.get_metrics` gives :func:`searchenv.env.episode_metrics`, which SkyRL
+the end only, the gold answers, EM, F1 and the episode summary: :func:`searchenv.client_view.client_info`).
+:meth:`~SearchQASkyRLEnv.get_metrics` gives :func:`searchenv.metrics.episode_metrics`, which SkyRL
 averages over episodes. Needs ``skyrl-gym`` (``pip install 'searchenv[skyrl]'``).
 """
 
@@ -46,9 +46,9 @@ from typing import Any
 
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
+from searchenv.client_view import client_info
 from searchenv.env import SearchQAEnv
-from searchenv.envpool import EnvPool
-from searchenv.info import client_info
+from searchenv.idle_envs import IdleEnvs
 from searchenv.metrics import episode_metrics
 from searchenv.tasks.rows import example_from_row
 
@@ -57,7 +57,7 @@ ENV_ID = "searchqa"
 _CONFIG_KEYS = frozenset({"retriever", "corpus", "protocol", "reward", "top_k", "max_turns", "max_doc_chars"})
 _lock = threading.Lock()
 #: Closed environments per settings, reused by the next trajectories (SkyRL builds one env per trajectory).
-_POOL = EnvPool()
+_POOL = IdleEnvs()
 _SETTINGS: dict[int, tuple[Any, dict[str, Any], str]] = {}
 #: (settings key, a row's max_turns) -> those settings with it, and their pool key. SkyRL's generator
 #: writes its max_turns into every row, so this is the common path, and a pool key is a JSON dump.
@@ -95,7 +95,7 @@ def _settings(env_config: Any) -> tuple[dict[str, Any], str]:
     unknown = set(config) - _CONFIG_KEYS
     if unknown:
         raise ValueError(f"unknown env_config key(s) {sorted(unknown)}; known: {sorted(_CONFIG_KEYS)}")
-    key = EnvPool.key(config)
+    key = IdleEnvs.key(config)
     with _lock:
         if len(_SETTINGS) >= 64:
             _SETTINGS.clear()
@@ -109,7 +109,7 @@ def _with_turns(config: dict[str, Any], key: str, max_turns: int) -> tuple[dict[
     if cached is not None:
         return cached
     turned = {**config, "max_turns": max_turns}
-    out = (turned, EnvPool.key(turned))
+    out = (turned, IdleEnvs.key(turned))
     with _lock:
         if len(_WITH_TURNS) >= 256:
             _WITH_TURNS.clear()
@@ -183,7 +183,7 @@ class SearchQASkyRLEnv(BaseTextEnv):
         return out
 
     def get_metrics(self) -> dict[str, Any]:
-        """:func:`searchenv.env.episode_metrics` of the finished episode (empty before it ends)."""
+        """:func:`searchenv.metrics.episode_metrics` of the finished episode (empty before it ends)."""
         return episode_metrics(self.final_info) if self.final_info is not None else {}
 
     def close(self) -> None:

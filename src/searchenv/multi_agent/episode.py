@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from searchenv.actions import Answer, Invalid, Search
 from searchenv.metrics import exact_match, f1_score, gold_in_prediction
 from searchenv.multi_agent.roles import (
     DEFAULT_PENALTIES,
@@ -30,7 +31,6 @@ from searchenv.multi_agent.roles import (
     parse_sub_queries,
     role_content,
 )
-from searchenv.protocols.actions import Answer, Invalid, Search
 from searchenv.retrievers.base import Hit, RetrieverError
 from searchenv.rewards import Reward, RewardResult, StepContext, get_reward, score_step
 from searchenv.tasks.example import QAExample

@@ -6,10 +6,11 @@ becomes an :class:`Invalid` action with a code and a message that tells the
 model how to fix the turn. Only the agent's own turn is parsed; retrieved text
 is never read for answers.
 
-Modules: :mod:`~searchenv.protocols.actions` (the parsed actions and invalid codes),
-:mod:`~searchenv.protocols.base` (the tag parser and :class:`ActionProtocol`),
-:mod:`~searchenv.protocols.tags` (tag formats), :mod:`~searchenv.protocols.tools` (native tool
-calls), :mod:`~searchenv.protocols.registry` (protocols by name).
+The parsed actions and invalid codes live in :mod:`searchenv.actions` (a leaf: the metrics count
+them without importing a parser) and are re-exported here. Modules: :mod:`~searchenv.protocols.base`
+(the tag parser and :class:`ActionProtocol`), :mod:`~searchenv.protocols.tags` (tag formats),
+:mod:`~searchenv.protocols.tools` (native tool calls), :mod:`~searchenv.protocols.registry`
+(protocols by name).
 
 Formats:
     ``search-r1``: ``<think>..</think>``, one ``<search>query</search>`` or one
@@ -37,7 +38,7 @@ Formats:
 
 from __future__ import annotations
 
-from searchenv.protocols.actions import INVALID_CODES, Action, Answer, Invalid, Open, Search, ToolCall
+from searchenv.actions import INVALID_CODES, Action, Answer, Invalid, Open, Search, ToolCall
 from searchenv.protocols.base import ALL_TAGS, ActionProtocol, sanitize
 from searchenv.protocols.registry import get_protocol, protocol_names, register_protocol
 from searchenv.protocols.tags import ArenaProtocol, BrowseProtocol, MultiQueryProtocol, SearchR1Protocol

@@ -1,7 +1,7 @@
 """The tag parser and :class:`ActionProtocol`, the base class of every action protocol.
 
 The parser splits a turn into tag blocks and never raises on model text: anything malformed becomes
-an :class:`~searchenv.protocols.actions.Invalid` action. :func:`sanitize` neutralises protocol tags in
+an :class:`~searchenv.actions.Invalid` action. :func:`sanitize` neutralises protocol tags in
 retrieved text, so a document can never look like an agent action.
 """
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, ClassVar
 
-from searchenv.protocols.actions import Action, Answer, Invalid, Open, Search
+from searchenv.actions import Action, Answer, Invalid, Open, Search
 from searchenv.retrievers.base import Hit
 
 ALL_TAGS = ("think", "search", "answer", "information", "open", "relevance", "analysis", "tool_call",

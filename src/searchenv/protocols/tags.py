@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import ClassVar
 
-from searchenv.protocols.actions import Action, Answer, Invalid
+from searchenv.actions import Action, Answer, Invalid
 from searchenv.protocols.base import (
     _BASE_TAGS,
     _NUMBER,

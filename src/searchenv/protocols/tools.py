@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from searchenv.protocols.actions import Action, Answer, Invalid, Open, Search, ToolCall
+from searchenv.actions import Action, Answer, Invalid, Open, Search, ToolCall
 from searchenv.protocols.base import (
     _NUMBER,
     ActionProtocol,

@@ -8,8 +8,9 @@ atomically and every open checks the files (see :mod:`searchenv.retrievers.index
 Modules: :mod:`.base` (:class:`Retriever`, :class:`Hit`, :class:`NoDocuments`: the closed-book
 control), :mod:`.kinds` (index kinds, the class of each, and the one opener), :mod:`.registry`
 (build and cache indexes), :mod:`.bm25`, :mod:`.dense` (with :mod:`.faiss_index`), :mod:`.hybrid`,
-:mod:`.sharded`, :mod:`.cache`, :mod:`.batching`, :mod:`.quality`, and ``index/`` (metadata,
-document store). The HTTP client of a retrieval server is :mod:`searchenv.serving.client`.
+:mod:`.sharded`, :mod:`.remote` (the HTTP client of a retrieval server, in every peer's dialect),
+:mod:`.cache`, :mod:`.batching`, and ``index/`` (metadata, document store). How well a retriever finds a
+task's evidence is :mod:`searchenv.retrieval_quality`.
 """
 
 from __future__ import annotations

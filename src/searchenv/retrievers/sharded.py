@@ -6,7 +6,7 @@ other). :class:`ShardedRetriever` asks every shard for its top ``k`` (in paralle
 merges them into one top ``k`` by score, then shard order, then rank within the shard, which for
 ranges taken in corpus order is the corpus row: over exact (flat) dense shards the merged ranking
 equals the unsharded index's, ties included. Shards can be local retrievers or
-:class:`~searchenv.serving.client.RemoteRetriever` clients of servers each serving a shard
+:class:`~searchenv.retrievers.remote.RemoteRetriever` clients of servers each serving a shard
 (give each shard several replica URLs to spread load and fail over).
 
 Scores must be comparable across shards, which holds for dense indexes (cosine similarity with

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from searchenv.protocols.actions import Action, Answer
+from searchenv.actions import Action, Answer
 from searchenv.retrievers.base import Hit
 from searchenv.tasks.example import QAExample
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from searchenv.actions import Invalid, Search
 from searchenv.metrics import (
     answer_substring_in_text,
 )
-from searchenv.protocols.actions import Invalid, Search
 from searchenv.rewards.context import RewardResult, ScoredReward, StepContext
 from searchenv.rewards.terms import (
     OutcomeMetric,

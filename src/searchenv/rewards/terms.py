@@ -12,13 +12,13 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from searchenv.actions import Answer, Invalid, Open, Search
 from searchenv.metrics import (
     exact_match,
     f1_score,
     gold_in_prediction,
     normalize_answer,
 )
-from searchenv.protocols.actions import Answer, Invalid, Open, Search
 from searchenv.protocols.base import ALL_TAGS
 from searchenv.rewards.context import StepContext
 from searchenv.tasks.example import QAExample

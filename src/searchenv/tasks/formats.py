@@ -27,7 +27,7 @@ pooled into one corpus (identical paragraphs shared; ids ``<format>-<8 hex>-<n>`
 digits from the file's SHA-256, so two files never share an id), and each record's gold
 evidence is mapped to the ids of that corpus, with the corpus's fingerprint in its
 ``metadata["corpus_fingerprint"]`` (checked where the questions meet an index:
-:func:`searchenv.retrievers.quality.evidence_warning`). A malformed record stops the read with a
+:func:`searchenv.retrieval_quality.evidence_warning`). A malformed record stops the read with a
 :class:`~searchenv.corpus.CorpusFormatError` naming the file, the line (JSON lines) or the
 record index (JSON arrays), and the field; nothing is returned from a partly bad file. JSON
 is read with :mod:`searchenv.utils.jsonsafe`: invalid UTF-8, nesting deeper than 64 levels and

@@ -1,6 +1,6 @@
 """A small JSON-over-HTTP client for servers that are not trusted: deadlines, size caps, retries.
 
-Shared by :class:`~searchenv.serving.client.RemoteRetriever` (retrieval servers) and
+Shared by :class:`~searchenv.retrievers.remote.RemoteRetriever` (retrieval servers) and
 :class:`~agents.policies.openai.OpenAIPolicy` (model servers). It speaks HTTP through httpcore
 (the ``serve`` extra) directly, so no environment proxy applies, and:
 

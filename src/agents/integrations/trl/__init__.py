@@ -26,7 +26,7 @@ For each episode:
   a completion without EOS as truncated and ``mask_truncated_completions`` would drop it, but
   ``</answer>`` is a stop string, not EOS; episodes cut by the turn or token budget keep no EOS;
 - extra fields for the reward functions: ``searchenv_return`` (the episode return under the
-  environment's reward preset) and ``searchenv_metrics`` (:func:`searchenv.env.episode_metrics`).
+  environment's reward preset) and ``searchenv_metrics`` (:func:`searchenv.metrics.episode_metrics`).
 
 :func:`reward_functions` gives the return as the one weighted reward and the episode metrics
 (EM, F1, searches, evidence recall, each reward term) as weight-0 functions, so TRL logs them

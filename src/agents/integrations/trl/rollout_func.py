@@ -10,7 +10,8 @@ from typing import Any
 from agents.integrations.trl.colocate import TRLColocatePolicy
 from agents.integrations.trl.prompts import _question
 from agents.rollout.seeds import trl_call_seed
-from searchenv.env import SearchQAEnv, episode_metrics
+from searchenv.env import SearchQAEnv
+from searchenv.metrics import episode_metrics
 from searchenv.tasks import QAExample
 
 #: Episode metrics passed to TRL as weight-0 reward functions (logged, not optimised).
@@ -252,7 +253,7 @@ def reward_functions(metrics: Sequence[str] = LOGGED_METRICS) -> tuple[list[Call
 
     Args:
         metrics: Episode metrics to log as weight-0 reward functions (names of
-            :func:`searchenv.env.episode_metrics`; a metric an episode lacks, such as evidence
+            :func:`searchenv.metrics.episode_metrics`; a metric an episode lacks, such as evidence
             recall without gold evidence, is None, which TRL leaves out of the mean).
 
     Returns:

@@ -7,7 +7,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agents.integrations.trl.prompts import _question
-from searchenv.env import SearchQAEnv, episode_metrics
+from searchenv.env import SearchQAEnv
+from searchenv.metrics import episode_metrics
 from searchenv.protocols import ActionProtocol, Search, tool_turn_text
 from searchenv.tasks import QAExample
 
@@ -186,7 +187,7 @@ class SearchQAToolEnv:
 
     @property
     def final_metrics(self) -> dict[str, float]:
-        """:func:`searchenv.env.episode_metrics` of the finished episode (empty before it ends).
+        """:func:`searchenv.metrics.episode_metrics` of the finished episode (empty before it ends).
 
         A property, not a method: TRL offers every public method of the class as a tool.
         """

@@ -1,5 +1,8 @@
 """Retrieval quality: recall of gold evidence and answer-in-document rate at several cut-offs.
 
+A measurement of a retriever against a task's gold labels (and, with a refiner, of what the agent
+would read), so it sits beside the parts it joins (retrievers, tasks, refiners), not inside one.
+
 For each question (searched as-is, once, at the largest cut-off):
 
 * ``recall@k``: the fraction of its gold evidence documents (``QAExample.evidence_ids``) among
@@ -24,7 +27,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from searchenv.retrievers.base import Retriever, check_k
+from searchenv.metrics import answer_in_text
+from searchenv.refiners import get_refiner
+from searchenv.retrievers.base import Retriever, RetrieverError, check_k
+from searchenv.retrievers.index.metadata import read_meta
 from searchenv.tasks.example import QAExample
 
 
@@ -92,9 +98,6 @@ def evaluate_retrieval(
     Raises:
         ValueError: If ``ks`` is empty or holds a non-positive value.
     """
-    from searchenv.metrics import answer_in_text
-    from searchenv.refiners import get_refiner
-
     refine = get_refiner(refiner)
     if not ks:
         raise ValueError("ks must name at least one cut-off")
@@ -174,9 +177,6 @@ def index_doc_ids(retriever: Any) -> set[str] | None:
 
 def _source_path(index: str) -> str | None:
     """The corpus file an index folder was built from, as its metadata records it (None if unknown)."""
-    from searchenv.retrievers.base import RetrieverError
-    from searchenv.retrievers.index.metadata import read_meta
-
     try:
         source = read_meta(index).get("source_path") if index and os.path.isdir(index) else None
     except (RetrieverError, OSError):

@@ -1,11 +1,11 @@
-"""Environments kept for reuse: engines (SkyRL, verl) build one environment per trajectory.
+"""Idle environments kept for reuse: engines (SkyRL, verl) build one environment per trajectory.
 
 Building a :class:`~searchenv.env.SearchQAEnv` checks and sizes everything it is given; an engine
-that makes one per trajectory pays that thousands of times per step. An :class:`EnvPool` hands back an
+that makes one per trajectory pays that thousands of times per step. :class:`IdleEnvs` hands back an
 environment that an earlier trajectory with the same settings released, and builds one only when
-none is free. Environments are reset with ``options={"example": ...}``, so which questions one
-was built with does not matter; the index behind them is opened once per process anyway
-(:func:`searchenv.env.resolve_retriever`).
+none is idle; everything runs in the caller's process and threads (no worker processes). Environments
+are reset with ``options={"example": ...}``, so which questions one was built with does not matter;
+the index behind them is opened once per process anyway (:func:`searchenv.env.resolve_retriever`).
 """
 
 from __future__ import annotations
@@ -17,13 +17,14 @@ from typing import Any
 
 from searchenv.env import SearchQAEnv
 from searchenv.tasks.example import QAExample
+from searchenv.utils.moved import renamed_names
 
 
-class EnvPool(dict[str, list[SearchQAEnv]]):
-    """Free environments per settings key (a dict: key -> free environments), thread-safe.
+class IdleEnvs(dict[str, list[SearchQAEnv]]):
+    """Idle environments per settings key (a dict: key -> idle environments), thread-safe.
 
     Args:
-        max_free: Most free environments kept per key (more released ones are dropped).
+        max_free: Most idle environments kept per key (more released ones are dropped).
     """
 
     def __init__(self, max_free: int = 4096) -> None:
@@ -33,17 +34,17 @@ class EnvPool(dict[str, list[SearchQAEnv]]):
 
     @staticmethod
     def key(settings: Mapping[str, Any]) -> str:
-        """The pool key of ``SearchQAEnv`` keyword arguments (their JSON, keys sorted)."""
+        """The key of ``SearchQAEnv`` keyword arguments (their JSON, keys sorted)."""
         return json.dumps(dict(settings), sort_keys=True, default=repr)
 
     def acquire(self, settings: Mapping[str, Any], example: QAExample,
                 key: str | None = None) -> tuple[str, SearchQAEnv]:
-        """A free environment with these settings, or a new one built over ``[example]``.
+        """An idle environment with these settings, or a new one built over ``[example]``.
 
         Args:
             settings: ``SearchQAEnv`` keyword arguments (``retriever`` included; default ``bm25``).
             example: A question to build a new environment with (reset it with the episode's own).
-            key: ``EnvPool.key(settings)``, when the caller has it already.
+            key: ``IdleEnvs.key(settings)``, when the caller has it already.
 
         Returns:
             The key to :meth:`release` the environment under, and the environment.
@@ -67,3 +68,8 @@ class EnvPool(dict[str, list[SearchQAEnv]]):
                 free = self.setdefault(key, [])
         if len(free) < self.max_free:  # list.append is atomic; the bound is approximate under threads
             free.append(env)
+
+
+# The module was searchenv.envpool and the class EnvPool (not the EnvPool library: no worker processes);
+# the old names read for one release.
+__getattr__ = renamed_names(__name__, {"EnvPool": (__name__, "IdleEnvs")})

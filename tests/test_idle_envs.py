@@ -1,4 +1,4 @@
-"""EnvPool: environments reused across trajectories, never held by two at once, across threads."""
+"""IdleEnvs: idle environments reused across trajectories, never held by two at once, across threads."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from searchenv.envpool import EnvPool
+from searchenv.idle_envs import IdleEnvs
 from searchenv.retrievers.bm25 import BM25Retriever
 
 from .conftest import DOCS, EXAMPLES
@@ -15,13 +15,13 @@ from .conftest import DOCS, EXAMPLES
 
 @pytest.fixture(scope="module")
 def index(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("envpool") / "idx"
+    folder = tmp_path_factory.mktemp("idle_envs") / "idx"
     BM25Retriever.build(DOCS, folder)
     return folder
 
 
 def test_released_environment_is_reused_per_settings(index: Path) -> None:
-    pool = EnvPool()
+    pool = IdleEnvs()
     settings = {"retriever": str(index), "top_k": 2}
     key, env = pool.acquire(settings, EXAMPLES[0])
     pool.release(key, env)
@@ -31,7 +31,7 @@ def test_released_environment_is_reused_per_settings(index: Path) -> None:
 
 
 def test_max_free_bounds_what_is_kept(index: Path) -> None:
-    pool = EnvPool(max_free=1)
+    pool = IdleEnvs(max_free=1)
     settings = {"retriever": str(index)}
     (k, a), (_, b) = pool.acquire(settings, EXAMPLES[0]), pool.acquire(settings, EXAMPLES[0])
     pool.release(k, a)
@@ -40,7 +40,7 @@ def test_max_free_bounds_what_is_kept(index: Path) -> None:
 
 
 def test_threads_never_share_an_environment(index: Path) -> None:
-    pool = EnvPool()
+    pool = IdleEnvs()
     settings = {"retriever": str(index)}
     holders: dict[int, int] = {}
     lock = threading.Lock()

@@ -26,6 +26,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from agents.rollout.seeds import phase_seed
+
 #: The system prompt of closed-book episodes (search-r1 tags: the answer goes in <answer>).
 CLOSED_BOOK_PROMPT = (
     "Answer the question from what you know, without searching. Think briefly inside <think> and "
@@ -164,7 +166,7 @@ def refresh_estimates(policy: Any, examples: Sequence[Any], retriever: Any, cfg:
     if stale:
         fresh = list({ex.id: ex for ex in examples if ex.id in stale}.values())
         cache.update(estimate_closed_book(policy, fresh, retriever, cfg, samples=cfg.closed_book_samples,
-                                          seed=seed + 5_000_011, timer=timer), step)
+                                          seed=phase_seed(seed, "closed_book_estimate"), timer=timer), step)
 
 
 def route_and_roll_out(
@@ -201,7 +203,8 @@ def route_and_roll_out(
             continue
         extra = {"protocol": closed_book_protocol(cfg.protocol), "max_turns": 1} if closed else {}
         eps = run_rollouts(policy, [examples[i] for i in positions], retriever, cfg, group_size=group_size,
-                           seed=seed + (7_919 if closed else 0), timer=timer, reward=reward, **extra)
+                           seed=phase_seed(seed, "closed_book") if closed else seed, timer=timer, reward=reward,
+                           **extra)
         for j, ep in enumerate(eps):  # example-major: episode j is sample j % group_size of example j // group_size
             pos = positions[j // group_size]
             ep.group = pos

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from agents.devices import model_device
-from agents.rollout.seeds import step_seed
+from agents.rollout.seeds import phase_seed, round_seed, step_seed
 from agents.trainers.advantages import SCALINGS, group_advantages
 from agents.trainers.config import RLConfig, _help
 from agents.trainers.curriculum import DifficultyCache, route_and_roll_out, scheduled_questions
@@ -205,23 +205,23 @@ def train_grpo(
         dropped = rounds = closed_book_groups = 0
         while True:
             need = cfg.batch_size - len(kept_groups) if cfg.dynamic_sampling else cfg.batch_size
-            round_seed = step_seed(cfg.seed, step) + rounds * 1_000_003
+            seed = round_seed(cfg.seed, step, rounds)
             if cfg.curriculum == "ur2" and cfg.hard_share is not None:
                 qidx = scheduled_questions(policy, run.examples, run.retriever, cfg, difficulty, run.order, need,
                                            step=step,
-                                           seed=round_seed, timer=timer)
+                                           seed=seed, timer=timer)
             else:
                 qidx = run.order.take(need)
             if cfg.curriculum == "ur2":
                 new_eps, easy = route_and_roll_out(policy, [run.examples[i] for i in qidx], run.retriever, cfg,
                                                    difficulty,
-                                                   step=step, group_size=cfg.group_size, seed=round_seed,
+                                                   step=step, group_size=cfg.group_size, seed=seed,
                                                    timer=timer, reward=reward)
                 closed_book_groups += sum(easy)
             else:
                 new_eps = run_rollouts(policy, [run.examples[i] for i in qidx], run.retriever, cfg,
                                        group_size=cfg.group_size,
-                                       seed=round_seed, timer=timer, reward=reward)
+                                       seed=seed, timer=timer, reward=reward)
             base = rounds * cfg.batch_size
             question_of.update({base + j: int(qi) for j, qi in enumerate(qidx)})
             episodes += new_eps
@@ -239,7 +239,8 @@ def train_grpo(
         if cfg.rex_probes:
             new_probes = _probe_dead_ends(policy, episodes, group_of, set(kept_groups), run.examples, run.retriever,
                                           cfg,
-                                          seed=step_seed(cfg.seed, step) + 7_777_777, gen=run.gen, timer=timer,
+                                          seed=phase_seed(step_seed(cfg.seed, step), "probes"), gen=run.gen,
+                                          timer=timer,
                                           reward=reward, question_of=question_of)
             for ep, gid in new_probes:
                 episodes.append(ep)

@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from agents.devices import model_device
+from agents.rollout.seeds import phase_seed
 from agents.trainers.checkpoints import restore_training_state, save_training_state, start_run
 from agents.trainers.config import TrainConfig, _help
 from agents.trainers.data import DataOrder, task_examples
@@ -263,7 +264,7 @@ class CorpusPassages:
 
     def batch(self, step: int) -> tuple[list[int], list[Sample]]:
         """Document indices and samples (loss on every token after the first) of corpus step ``step``."""
-        order = DataOrder(len(self.docs), self.cfg.seed + 1, cursor=(step - 1) * self.cfg.batch_size)
+        order = DataOrder(len(self.docs), phase_seed(self.cfg.seed, "corpus"), cursor=(step - 1) * self.cfg.batch_size)
         picked = order.take(self.cfg.batch_size)
         out = []
         for i in picked:

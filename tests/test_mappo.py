@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from agents.trainers.advantages import role_advantages
+from agents.trainers.callbacks import LambdaCallback
 from agents.trainers.mappo import MAPPOConfig, TeamEpisode, train_mappo
 from agents.trainers.mappo_sft import MAPPOSFTConfig, role_samples
 from agents.trainers.metrics import read_metrics
@@ -58,7 +59,7 @@ def test_mappo_trains_every_role_and_only_its_own_tokens(tmp_path: Path, qa_file
     before = _params(policy)
     seen: list[list[TeamEpisode]] = []
     cfg = _cfg(tmp_path / "run", qa_file, corpus_file, epochs=2, minibatches=2, kl_coef=0.05)
-    out = train_mappo(cfg, policy=policy, on_episodes=lambda step, eps: seen.append(eps))
+    out = train_mappo(cfg, policy=policy, callbacks=[LambdaCallback(on_batch=lambda step, eps: seen.append(eps))])
     recs = read_metrics(cfg.output_dir)
     assert [r["step"] for r in recs] == [1, 2] and len(seen) == 2
     for rec in recs:
@@ -102,8 +103,8 @@ def test_the_shared_return_reaches_every_roles_advantage(tmp_path: Path, qa_file
             return r, {"toy": r}
 
         cfg = _cfg(tmp_path / f"r{value}", qa_file, corpus_file, steps=1, whiten_advantages=False)
-        trained[value] = train_mappo(cfg, policy=tiny_policy(seed=0), reward=shared,
-                                     on_episodes=lambda step, eps: captured.__setitem__(value, eps))["policy"]
+        keep = LambdaCallback(on_batch=lambda step, eps: captured.__setitem__(value, eps))
+        trained[value] = train_mappo(cfg, policy=tiny_policy(seed=0), reward=shared, callbacks=[keep])["policy"]
         return read_metrics(cfg.output_dir)[0]
 
     low, high = run(0.0), run(1.0)
@@ -131,7 +132,8 @@ def test_the_shared_return_reaches_every_roles_advantage(tmp_path: Path, qa_file
 def test_train_roles_trains_one_role_the_others_act_frozen(tmp_path: Path, qa_file: Path, corpus_file: Path) -> None:
     seen: list[list[TeamEpisode]] = []
     cfg = _cfg(tmp_path / "run", qa_file, corpus_file, steps=1, train_roles=["selector"])
-    train_mappo(cfg, policy=tiny_policy(seed=0), on_episodes=lambda step, eps: seen.append(eps))
+    train_mappo(cfg, policy=tiny_policy(seed=0),
+                callbacks=[LambdaCallback(on_batch=lambda step, eps: seen.append(eps))])
     rec = read_metrics(cfg.output_dir)[0]
     assert rec["roles"]["selector"]["tokens"] > 0 and rec["policy_tokens"] == rec["roles"]["selector"]["tokens"]
     for role in ("rewriter", "generator"):

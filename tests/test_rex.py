@@ -13,6 +13,7 @@ pytest.importorskip("transformers")
 
 from agents.policies.hf import HFPolicy  # noqa: E402
 from agents.rollout import ProbeStart, rollout  # noqa: E402
+from agents.trainers.callbacks import LambdaCallback  # noqa: E402
 from agents.trainers.episodes import episode_from_record  # noqa: E402
 from agents.trainers.metrics import read_metrics  # noqa: E402
 from agents.trainers.models import pad_token_id  # noqa: E402
@@ -132,7 +133,8 @@ def test_grpo_probes_every_dead_end_and_trains_probes_without_the_remark(tmp_pat
         value = float(len(ctx.text) % 2)  # ... but returns vary, so probes can carry signal
         return value, {"toy": value}
 
-    train_grpo(cfg, policy=Policy(model, tokenizer), reward=reward, on_step=lambda st, tr, m, p: seen.append(tr))
+    train_grpo(cfg, policy=Policy(model, tokenizer), reward=reward,
+               callbacks=[LambdaCallback(on_batch=lambda step, batch: seen.append(batch))])
     for rec in read_metrics(cfg.output_dir):
         assert rec["probe_groups"] == 2 and rec["probe_episodes"] == 6
         assert rec["generated_tokens"] > rec["episodes"]  # the probes' new tokens are counted too
@@ -191,7 +193,7 @@ def test_ur2_routes_by_the_cached_closed_book_estimate(tmp_path: Path, qa_file: 
     cfg = _cfg(tmp_path, qa_file, corpus_file, curriculum="ur2", closed_book_threshold=0.5, difficulty_refresh=2,
                steps=3, batch_size=4, kl_coef=0.001)  # a KL term keeps every sample in the trained list
     train_grpo(cfg, policy=Policy(model, tokenizer), reward=lambda ctx: (0.0, {}),
-               on_step=lambda st, tr, m, p: seen.append(tr))
+               callbacks=[LambdaCallback(on_batch=lambda step, batch: seen.append(batch))])
     by_question = {ex.question: ex.id for ex in EXAMPLES}
     for trained in seen:
         for s in trained:

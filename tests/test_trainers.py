@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import torch
 
+from agents.trainers.callbacks import LambdaCallback
 from agents.trainers.metrics import read_metrics
 from agents.trainers.samples import Sample, forward_logprobs, pad_samples
 from agents.trainers.sft import SFTConfig, messages_to_sample, train_sft
@@ -321,17 +322,19 @@ def _half_flat_reward(ctx: Any) -> tuple[float, dict[str, float]]:
 def test_dynamic_sampling_keeps_only_groups_with_signal(tmp_path: Path, qa_file: Path, corpus_file: Path) -> None:
     from agents.trainers.grpo import GRPOConfig, train_grpo
 
-    seen: list[tuple[int, int]] = []
+    sizes: list[int] = []
+    groups: list[int] = []
     cfg = _grpo_cfg(tmp_path, qa_file, corpus_file, steps=2, batch_size=2, group_size=4, dynamic_sampling=True,
                     max_sampling_rounds=4, max_new_tokens=6)
     train_grpo(cfg, policy=tiny_policy(seed=0), reward=_half_flat_reward,
-               on_step=lambda step, trained, m, p: seen.append((len(trained), m["groups"])))
+               callbacks=[LambdaCallback(on_batch=lambda step, trained: sizes.append(len(trained)),
+                                         on_step_end=lambda step, m: groups.append(m["groups"]))])
     recs = read_metrics(cfg.output_dir)
     for rec in recs:
         assert rec["zero_variance_groups"] == 0  # never a group without signal in the batch
         assert rec["groups"] == 2 and rec["dropped_groups"] >= 0 and 1 <= rec["sampling_rounds"] <= 4
     assert any(r["dropped_groups"] > 0 for r in recs)  # q1/q2 came up and were replaced
-    assert all(0 < n <= 8 and groups == 2 for n, groups in seen)  # at most 2 groups x 4 samples each step
+    assert all(0 < n <= 8 for n in sizes) and groups == [2, 2]  # at most 2 groups x 4 samples each step
     plain = _grpo_cfg(tmp_path / "plain", qa_file, corpus_file, steps=2, batch_size=2, group_size=4,
                       max_new_tokens=6)
     train_grpo(plain, policy=tiny_policy(seed=0), reward=_half_flat_reward)

@@ -16,6 +16,12 @@ rest easy (filling from the other kind when one runs short), for instance easy-t
 
 :class:`DifficultyCache` is plain JSON (saved with each checkpoint), so a resumed run routes
 exactly as an uninterrupted one.
+
+A GRPO step calls its curriculum's two phases each sampling round: :meth:`Curriculum.questions`
+(which questions) and :meth:`Curriculum.roll_out` (their groups' episodes). :class:`DrawnOrder` is
+no curriculum (the run's data order, every group with retrieval), :class:`UR2Curriculum` the
+above; :func:`curriculum_for` picks one from the configuration. A round's seeds derive from its
+seed by :func:`~agents.rollout.seeds.phase_seed`.
 """
 
 from __future__ import annotations
@@ -24,7 +30,9 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
+
+from agents.rollout.seeds import phase_seed
 
 #: The system prompt of closed-book episodes (search-r1 tags: the answer goes in <answer>).
 CLOSED_BOOK_PROMPT = (
@@ -164,7 +172,7 @@ def refresh_estimates(policy: Any, examples: Sequence[Any], retriever: Any, cfg:
     if stale:
         fresh = list({ex.id: ex for ex in examples if ex.id in stale}.values())
         cache.update(estimate_closed_book(policy, fresh, retriever, cfg, samples=cfg.closed_book_samples,
-                                          seed=seed + 5_000_011, timer=timer), step)
+                                          seed=phase_seed(seed, "closed_book_estimate"), timer=timer), step)
 
 
 def route_and_roll_out(
@@ -201,9 +209,91 @@ def route_and_roll_out(
             continue
         extra = {"protocol": closed_book_protocol(cfg.protocol), "max_turns": 1} if closed else {}
         eps = run_rollouts(policy, [examples[i] for i in positions], retriever, cfg, group_size=group_size,
-                           seed=seed + (7_919 if closed else 0), timer=timer, reward=reward, **extra)
+                           seed=phase_seed(seed, "closed_book") if closed else seed, timer=timer, reward=reward,
+                           **extra)
         for j, ep in enumerate(eps):  # example-major: episode j is sample j % group_size of example j // group_size
             pos = positions[j // group_size]
             ep.group = pos
             episodes[pos * group_size + j % group_size] = ep
     return episodes, easy
+
+
+# ---- the curriculum as a GRPO step calls it ------------------------------------------------------
+
+
+class Curriculum(Protocol):
+    """What a GRPO step asks of its curriculum, each sampling round (seeded with the round's seed)."""
+
+    def questions(self, need: int, *, step: int, seed: int, timer: Any) -> list[int]:
+        """Indices into the run's examples of the ``need`` questions the round rolls out."""
+        ...
+
+    def roll_out(self, questions: Sequence[int], *, step: int, seed: int, timer: Any) -> tuple[list[Any], int]:
+        """``group_size`` episodes per question (``group``: its position), and how many groups went closed-book."""
+        ...
+
+
+class DrawnOrder:
+    """No curriculum: questions in the run's data order, every group rolled out with retrieval.
+
+    Args:
+        run: The GRPO run (:class:`~agents.trainers.rl_run.RLRun`).
+        cfg: The GRPO configuration.
+        reward: The reward callable overriding ``cfg.reward``, or None.
+    """
+
+    def __init__(self, run: Any, cfg: Any, reward: Any) -> None:
+        self.run, self.cfg, self.reward = run, cfg, reward
+
+    def questions(self, need: int, *, step: int, seed: int, timer: Any) -> list[int]:
+        """The next ``need`` questions of the run's data order."""
+        return self.run.order.take(need)
+
+    def roll_out(self, questions: Sequence[int], *, step: int, seed: int, timer: Any) -> tuple[list[Any], int]:
+        """Every group with the environment's protocol and retrieval; none closed-book."""
+        from agents.trainers.episodes import run_rollouts
+
+        run = self.run
+        return run_rollouts(run.policy, [run.examples[i] for i in questions], run.retriever, self.cfg,
+                            group_size=self.cfg.group_size, seed=seed, timer=timer, reward=self.reward), 0
+
+
+class UR2Curriculum(DrawnOrder):
+    """UR2: route each question by its cached closed-book estimate; with ``hard_share``, choose by the schedule.
+
+    The cache is written with each checkpoint of the run (and read back on resume by :func:`curriculum_for`).
+
+    Args:
+        run: The GRPO run.
+        cfg: The GRPO configuration.
+        reward: The reward callable overriding ``cfg.reward``, or None.
+        cache: The difficulty estimates.
+    """
+
+    def __init__(self, run: Any, cfg: Any, reward: Any, cache: DifficultyCache) -> None:
+        super().__init__(run, cfg, reward)
+        self.cache = cache
+        run.on_checkpoint = lambda: cache.save(run.run_dir)
+
+    def questions(self, need: int, *, step: int, seed: int, timer: Any) -> list[int]:
+        """The data order's next questions, or with ``hard_share`` :func:`scheduled_questions`."""
+        if self.cfg.hard_share is None:
+            return super().questions(need, step=step, seed=seed, timer=timer)
+        run = self.run
+        return scheduled_questions(run.policy, run.examples, run.retriever, self.cfg, self.cache, run.order, need,
+                                   step=step, seed=seed, timer=timer)
+
+    def roll_out(self, questions: Sequence[int], *, step: int, seed: int, timer: Any) -> tuple[list[Any], int]:
+        """:func:`route_and_roll_out`: easy questions closed-book, hard ones with retrieval."""
+        run = self.run
+        episodes, easy = route_and_roll_out(run.policy, [run.examples[i] for i in questions], run.retriever, self.cfg,
+                                            self.cache, step=step, group_size=self.cfg.group_size, seed=seed,
+                                            timer=timer, reward=self.reward)
+        return episodes, sum(easy)
+
+
+def curriculum_for(cfg: Any, run: Any, *, reward: Any, resume: bool) -> Curriculum:
+    """The curriculum ``cfg.curriculum`` names (``ur2`` or ``none``), its cache read back from the run on ``resume``."""
+    if cfg.curriculum != "ur2":
+        return DrawnOrder(run, cfg, reward)
+    return UR2Curriculum(run, cfg, reward, DifficultyCache.load(run.run_dir) if resume else DifficultyCache())

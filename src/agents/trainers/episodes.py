@@ -41,6 +41,12 @@ class Episode:
     record: Any = None
 
 
+def trainable_samples(episodes: Sequence[Episode]) -> tuple[list[Sample], int]:
+    """The samples a step trains on (no retriever failure, some policy tokens), and how many the retriever failed in."""
+    infra = sum(1 for e in episodes if e.infra_error)
+    return [e.sample for e in episodes if not e.infra_error and e.sample.num_policy_tokens > 0], infra
+
+
 def step_metrics(episodes: Sequence[Episode]) -> dict[str, Any]:
     """Per-step rollout metrics: reward mean/std (total and per term), EM, searches, lengths.
 

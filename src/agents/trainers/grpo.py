@@ -19,7 +19,11 @@ With ``curriculum="ur2"`` (UR2), each question's closed-book success rate is est
 refreshed every ``difficulty_refresh`` steps; questions the policy answers closed-book often enough
 are rolled out closed-book (one turn), the others with retrieval (:mod:`agents.trainers.curriculum`).
 
-Read top to bottom: config, then :func:`train_grpo`.
+The curriculum, the group-keeping (:mod:`agents.trainers.groups`) and the probes
+(:mod:`agents.trainers.probes`) are strategies whose phases the loop calls; each round's and
+phase's seed comes from :mod:`agents.rollout.seeds`. Read top to bottom: config, then
+:func:`train_grpo`, whose step has PPO's phases (:mod:`agents.trainers.ppo`): rollouts,
+advantages, optimise, record.
 """
 
 from __future__ import annotations
@@ -32,26 +36,19 @@ import numpy as np
 import torch
 
 from agents.devices import model_device
-from agents.rollout.seeds import step_seed
+from agents.rollout.seeds import round_seed
 from agents.trainers.advantages import SCALINGS, group_advantages
+from agents.trainers.callbacks import TrainerCallback, trainer_callbacks
 from agents.trainers.config import RLConfig, _help
-from agents.trainers.curriculum import DifficultyCache, route_and_roll_out, scheduled_questions
-from agents.trainers.episodes import run_rollouts, step_metrics
+from agents.trainers.curriculum import curriculum_for
+from agents.trainers.episodes import step_metrics
+from agents.trainers.groups import StepGroups, sampling_for
 from agents.trainers.losses import add_kl_penalty, clipped_policy_loss
-from agents.trainers.metrics import Timer, read_metrics
-from agents.trainers.models import refresh_generation_copy
+from agents.trainers.metrics import read_metrics
 from agents.trainers.optim import optimizer_step
-from agents.trainers.rl_run import open_rl_run, reference_logprobs, shuffled_minibatches
+from agents.trainers.probes import REX_PROMPTS, probes_for
+from agents.trainers.rl_run import mean_stats, open_rl_run, reference_logprobs, shuffled_minibatches
 from agents.trainers.samples import Sample, forward_logprobs, micro_batches, pad_extra, pad_samples
-
-#: REX-RAG's exploratory remarks, written as the policy's own thinking (Search-R1 tags).
-REX_PROMPTS = (
-    "<think> Wait, the documents so far may not be the right ones. I should search again with a different "
-    "query. </think>\n",
-    "<think> Let me check this again: a more specific search could find the missing fact. </think>\n",
-    "<think> I may have followed the wrong entity. I will search for the question's first step again. "
-    "</think>\n",
-)
 
 
 @dataclass
@@ -151,6 +148,9 @@ class GRPOConfig(RLConfig):
 
 StepCallback = Callable[[int, list[Sample], dict[str, Any], Any], None]
 
+#: The update's statistics (the mean over its minibatches goes into the step's metrics).
+_UPDATE_KEYS = ("pg_loss", "kl", "clip_fraction", "approx_kl", "entropy")
+
 
 def train_grpo(
     cfg: GRPOConfig,
@@ -161,6 +161,7 @@ def train_grpo(
     resume: bool = False,
     overwrite: bool = False,
     stop_after: int | None = None,
+    callbacks: Sequence[TrainerCallback] = (),
     on_step: StepCallback | None = None,
 ) -> dict[str, Any]:
     """Train the policy with GRPO.
@@ -174,7 +175,10 @@ def train_grpo(
         overwrite: Replace a run already in ``cfg.output_dir`` (its checkpoint and metrics); without it
             (or ``resume``) a folder holding a run is refused.
         stop_after: Stop (after checkpointing) once this many steps are done, as if killed there.
-        on_step: Called after each step with ``(step, trained samples, metrics, policy)``.
+        callbacks: Trainer callbacks (:class:`~agents.trainers.callbacks.TrainerCallback`); a step's batch
+            is its trained samples with their ``advantage``.
+        on_step: Deprecated (a callback's ``on_batch`` and ``on_step_end``): called after each step with
+            ``(step, trained samples, metrics, policy)``.
 
     Returns:
         A summary: final step, last metrics, run folder and the policy.
@@ -183,89 +187,35 @@ def train_grpo(
         FileExistsError, FileNotFoundError, CheckpointError: As :func:`~agents.trainers.rl_run.open_rl_run`
             (a run folder in use, no checkpoint to resume, a damaged or unfit checkpoint).
     """
-    run = open_rl_run(cfg, "grpo", policy=policy, retriever=retriever, resume=resume, overwrite=overwrite)
+    run = open_rl_run(cfg, "grpo", policy=policy, retriever=retriever, resume=resume, overwrite=overwrite,
+                      stop_after=stop_after,
+                      callbacks=trainer_callbacks(callbacks, trainer="train_grpo", on_step=on_step))
+    policy, model, ref, pad_id = run.policy, run.model, run.ref_model, run.pad_id
+    curriculum = curriculum_for(cfg, run, reward=reward, resume=resume)  # which questions, rolled out how
+    sampling = sampling_for(cfg)  # which groups a step keeps (DAPO: more rounds until enough have signal)
+    probes = probes_for(cfg, reward)  # more episodes for the dead-end groups (REX-RAG)
     # tokens generated by the steps already done (a resumed run counts on from its metrics)
     generated_so_far = sum(int(r.get("generated_tokens", 0)) for r in read_metrics(run.run_dir)) if run.start else 0
-    policy, model = run.policy, run.model
-    difficulty = DifficultyCache.load(run.run_dir) if resume else DifficultyCache()
-    if cfg.curriculum == "ur2":
-        run.on_checkpoint = lambda: difficulty.save(run.run_dir)
-
     if cfg.max_generated_tokens is not None and generated_so_far >= cfg.max_generated_tokens:
         return run.finish()  # the token budget was spent by the steps already done
-    for step in run.steps():
-        timer = Timer()
-        # ---- 1. rollouts: batch_size questions x group_size samples ----------------------------
-        # (with dynamic sampling: more rounds of questions until batch_size groups with signal)
-        model.eval()
-        episodes: list[Any] = []
-        group_of: list[int] = []  # each episode's group id, unique across rounds
-        question_of: dict[int, int] = {}  # group id -> index of its question in examples
-        kept_groups: list[int] = []
-        dropped = rounds = closed_book_groups = 0
+
+    for step, timer in run.steps():
+        # ---- 1. rollouts: batch_size questions x group_size samples, in rounds while sampling wants more
+        groups = StepGroups(cfg.batch_size)
         while True:
-            need = cfg.batch_size - len(kept_groups) if cfg.dynamic_sampling else cfg.batch_size
-            round_seed = step_seed(cfg.seed, step) + rounds * 1_000_003
-            if cfg.curriculum == "ur2" and cfg.hard_share is not None:
-                qidx = scheduled_questions(policy, run.examples, run.retriever, cfg, difficulty, run.order, need,
-                                           step=step,
-                                           seed=round_seed, timer=timer)
-            else:
-                qidx = run.order.take(need)
-            if cfg.curriculum == "ur2":
-                new_eps, easy = route_and_roll_out(policy, [run.examples[i] for i in qidx], run.retriever, cfg,
-                                                   difficulty,
-                                                   step=step, group_size=cfg.group_size, seed=round_seed,
-                                                   timer=timer, reward=reward)
-                closed_book_groups += sum(easy)
-            else:
-                new_eps = run_rollouts(policy, [run.examples[i] for i in qidx], run.retriever, cfg,
-                                       group_size=cfg.group_size,
-                                       seed=round_seed, timer=timer, reward=reward)
-            base = rounds * cfg.batch_size
-            question_of.update({base + j: int(qi) for j, qi in enumerate(qidx)})
-            episodes += new_eps
-            group_of += [base + ep.group for ep in new_eps]
-            rounds += 1
-            if not cfg.dynamic_sampling:
-                kept_groups = sorted({base + ep.group for ep in new_eps})
+            seed = round_seed(cfg.seed, step, groups.rounds)
+            questions = curriculum.questions(sampling.need(groups), step=step, seed=seed, timer=timer)
+            episodes, closed_book = curriculum.roll_out(questions, step=step, seed=seed, timer=timer)
+            base = groups.add_round(questions, episodes, closed_book)
+            if sampling.keep(groups, base, episodes):
                 break
-            varied, flat = _groups_with_signal(new_eps, base)
-            kept_groups += varied[: cfg.batch_size - len(kept_groups)]
-            dropped += flat
-            if len(kept_groups) >= cfg.batch_size or rounds >= cfg.max_sampling_rounds:
-                break
-        probe_stats = {"probe_groups": 0, "probe_episodes": 0, "probe_em": 0.0}
-        if cfg.rex_probes:
-            new_probes = _probe_dead_ends(policy, episodes, group_of, set(kept_groups), run.examples, run.retriever,
-                                          cfg,
-                                          seed=step_seed(cfg.seed, step) + 7_777_777, gen=run.gen, timer=timer,
-                                          reward=reward, question_of=question_of)
-            for ep, gid in new_probes:
-                episodes.append(ep)
-                group_of.append(gid)
-            if new_probes:
-                probe_stats = {"probe_groups": len({g for _, g in new_probes}), "probe_episodes": len(new_probes),
-                               "probe_em": float(np.mean([ep.em for ep, _ in new_probes]))}
-        model.train()
-        keep = set(kept_groups)
-        samples: list[Sample] = []
-        sample_groups: list[int] = []
-        infra = 0
-        for ep, gid in zip(episodes, group_of, strict=True):
-            if ep.infra_error:
-                infra += 1
-                continue
-            if ep.sample.num_policy_tokens == 0 or gid not in keep:
-                continue
-            samples.append(ep.sample)
-            sample_groups.append(gid)
-        metrics = step_metrics([ep for ep in episodes if not ep.sample.extras.get("probe")])
+        probe_stats = probes.probe(run, groups, step=step, timer=timer)
+        samples, sample_groups, infra = groups.trainable()
+        metrics = step_metrics([ep for ep in groups.episodes if not ep.sample.extras.get("probe")])
 
         # ---- 2. group-relative advantages --------------------------------------------------------
-        rewards = [s.extras["return"] for s in samples]
         if samples:
-            adv = group_advantages(rewards, sample_groups, scale=cfg.scale_rewards)
+            adv = group_advantages([s.extras["return"] for s in samples], sample_groups, scale=cfg.scale_rewards)
             for s, a in zip(samples, adv.advantages, strict=True):
                 s.extras["advantage"] = float(a)
             zero_var, n_groups = adv.zero_variance_groups, adv.num_groups
@@ -273,78 +223,27 @@ def train_grpo(
             zero_var, n_groups = 0, 0
         # groups with no signal add no policy gradient; without a KL term they add nothing at all
         trained = [s for s in samples if cfg.kl_coef > 0 or s.extras["advantage"] != 0.0]
-        for s in trained:
-            if s.extras.get("probe"):  # the old log-probs of a probe are its sampling log-probs (with the remark)
-                s.extras["old_logprobs"] = _behavior_logprobs(s)
+        probes.before_update(trained)
 
         # ---- 3. optimise ---------------------------------------------------------------------------
-        with timer("training"):
-            upd = grpo_update(trained, policy, run.ref_model, run.params, run.optimizer, run.scheduler, cfg, run.pad_id,
-                              run.gen)
-            refresh_generation_copy(policy)
+        stats = run.optimise(timer, trained, prepare=lambda b: _prepare_targets(b, policy, ref, cfg, pad_id),
+                             gradients=lambda mb: _minibatch_gradients(mb, model, cfg, pad_id))
+
+        # ---- 4. record ------------------------------------------------------------------------------
         last = run.step_record(
-            step, timer, metrics, upd, episodes=len(episodes), infra=infra, trained=trained,
-            extra={"zero_variance_groups": zero_var, "groups": n_groups, "sampling_rounds": rounds,
-                   "dropped_groups": dropped, "generated_tokens": _generated_tokens(episodes),
-                   "rollout_tokens": sum(len(ep.sample.ids) for ep in episodes),
-                   "closed_book_groups": closed_book_groups, **probe_stats},
+            step, timer, metrics, mean_stats(stats, _UPDATE_KEYS), episodes=len(groups.episodes), infra=infra,
+            trained=trained,
+            extra={"zero_variance_groups": zero_var, "groups": n_groups, "sampling_rounds": groups.rounds,
+                   "dropped_groups": groups.dropped, "generated_tokens": _generated_tokens(groups.episodes),
+                   "rollout_tokens": sum(len(ep.sample.ids) for ep in groups.episodes),
+                   "closed_book_groups": groups.closed_book, **probe_stats},
         )
-        run.record(last, {"reward": f"{metrics['reward_mean']:.3f}", "em": f"{metrics['em']:.2f}"},
-                   ("step", "reward_mean", "em", "searches", "kl"))
-        if on_step is not None:
-            on_step(step, trained, last, policy)
         generated_so_far += last["generated_tokens"]
         spent = cfg.max_generated_tokens is not None and generated_so_far >= cfg.max_generated_tokens
-        if run.save_or_stop(step, spent or (stop_after is not None and step >= stop_after)):
+        if run.end_step(last, {"reward": f"{metrics['reward_mean']:.3f}", "em": f"{metrics['em']:.2f}"},
+                        ("step", "reward_mean", "em", "searches", "kl"), stop=spent):
             break
     return run.finish()
-
-
-def _probe_dead_ends(
-    policy: Any,
-    episodes: Sequence[Any],
-    group_of: Sequence[int],
-    keep: set[int],
-    examples: Sequence[Any],
-    retriever: Any,
-    cfg: GRPOConfig,
-    *,
-    seed: int,
-    gen: np.random.Generator,
-    timer: Timer,
-    reward: Any,
-    question_of: dict[int, int],
-) -> list[tuple[Any, int]]:
-    """REX-RAG probes for the dead-end groups: ``(episode, group id)`` pairs.
-
-    A kept group is a dead end when every usable sample (no retriever failure) answered wrong.
-    Each probe replays a random number of the first turns of one of its samples (never its last
-    turn), inserts one of ``cfg.rex_prompts`` and continues; choices come from ``gen``, so a resumed
-    run draws the same probes.
-    """
-    from agents.rollout import ProbeStart
-
-    by_group: dict[int, list[Any]] = {}
-    for ep, gid in zip(episodes, group_of, strict=True):
-        if gid in keep:
-            by_group.setdefault(gid, []).append(ep)
-    starts, probe_examples, gids = [], [], []
-    for gid, eps in sorted(by_group.items()):
-        usable = [e for e in eps if not e.infra_error and e.record is not None]
-        if not usable or any(e.em > 0 for e in usable):
-            continue
-        for _ in range(cfg.rex_probes):
-            source = usable[int(gen.integers(len(usable)))].record
-            turns = int(gen.integers(max(1, len(source.turn_texts))))
-            remark = cfg.rex_prompts[int(gen.integers(len(cfg.rex_prompts)))]
-            starts.append(ProbeStart(source, turns, remark))
-            probe_examples.append(examples[question_of[gid]])
-            gids.append(gid)
-    if not starts:
-        return []
-    probes = run_rollouts(policy, probe_examples, retriever, cfg, group_size=1, seed=seed, timer=timer,
-                          reward=reward, starts=starts)
-    return list(zip(probes, gids, strict=True))
 
 
 def _generated_tokens(episodes: Sequence[Any]) -> int:
@@ -357,15 +256,6 @@ def _generated_tokens(episodes: Sequence[Any]) -> int:
         else:
             total += int(ep.response_tokens)
     return total
-
-
-def _behavior_logprobs(sample: Sample) -> list[float]:
-    """A probe's per-token sampling log-probs; refused where the policy reported none."""
-    behavior = [float(x) for x in sample.extras["behavior_logprobs"]]
-    if any(m and not np.isfinite(lp) for m, lp in zip(sample.mask, behavior, strict=True)):
-        raise ValueError("REX-RAG probes need the policy's sampling log-probs (this policy reported none); "
-                         "set rex_probes=0 or use a policy that returns log-probs")
-    return behavior
 
 
 def importance_weights(samples: Sequence[Sample], model: Any, cfg: GRPOConfig, pad_id: int) -> list[list[float]]:
@@ -405,21 +295,6 @@ def _old_for(micro: Sequence[Sample], lp: torch.Tensor, length: int) -> torch.Te
     return old
 
 
-def _groups_with_signal(episodes: Sequence[Any], base: int) -> tuple[list[int], int]:
-    """Group ids (offset by ``base``) whose trainable episodes' returns differ, and the count of those that do not.
-
-    A group whose usable episodes (no retriever failure, some policy tokens) all have the same
-    return has zero advantage everywhere: DAPO's dynamic sampling drops it.
-    """
-    returns: dict[int, list[float]] = {}
-    for ep in episodes:
-        returns.setdefault(base + ep.group, [])
-        if not ep.infra_error and ep.sample.num_policy_tokens > 0:
-            returns[base + ep.group].append(float(ep.sample.extras["return"]))
-    varied = [g for g, r in returns.items() if len(r) >= 2 and max(r) - min(r) > 1e-9]
-    return varied, len(returns) - len(varied)
-
-
 def grpo_update(
     samples: Sequence[Sample],
     policy: Any,
@@ -431,29 +306,29 @@ def grpo_update(
     pad_id: int,
     gen: np.random.Generator,
 ) -> dict[str, float]:
-    """The optimisation part of one GRPO step over samples carrying ``extras["advantage"]``.
+    """The optimisation part of one GRPO step over samples carrying ``extras["advantage"]``, outside a run.
 
-    Reference log-probs (if ``kl_coef > 0``), old log-probs (if more than one optimizer step per
+    What :meth:`~agents.trainers.rl_run.RLRun.optimise` does in :func:`train_grpo`: the targets
+    (reference log-probs if ``kl_coef > 0``, old log-probs if more than one optimizer step per
     batch), then ``epochs`` passes of ``minibatches`` optimizer steps.
 
     Returns:
         Mean over optimizer steps of ``pg_loss``, ``kl``, ``clip_fraction``, ``approx_kl``, ``entropy``.
     """
-    upd = {"pg_loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "approx_kl": 0.0, "entropy": 0.0}
-    if not samples:
-        return upd
-    model = policy.model
+    stats: list[dict[str, float]] = []
+    if samples:
+        _prepare_targets(samples, policy, ref_model, cfg, pad_id)
+        for mb in shuffled_minibatches(samples, gen, cfg.epochs, cfg.minibatches):
+            stats.append(_minibatch_gradients(mb, policy.model, cfg, pad_id))
+            optimizer_step(params, opt, sched, cfg.max_grad_norm)
+    return mean_stats(stats, _UPDATE_KEYS)
+
+
+def _prepare_targets(samples: Sequence[Sample], policy: Any, ref_model: Any, cfg: GRPOConfig, pad_id: int) -> None:
+    """Attach what the loss needs besides the advantage: reference log-probs (a KL term), old ones (several updates)."""
     _reference_logprobs(samples, policy, ref_model, cfg, pad_id)
     if cfg.epochs * cfg.minibatches > 1:
-        _old_logprobs(samples, model, cfg, pad_id)
-    n_updates = 0
-    for mb in shuffled_minibatches(samples, gen, cfg.epochs, cfg.minibatches):
-        stats = _minibatch_gradients(mb, model, cfg, pad_id)
-        optimizer_step(params, opt, sched, cfg.max_grad_norm)
-        for k in upd:
-            upd[k] += stats[k]
-        n_updates += 1
-    return {k: v / max(n_updates, 1) for k, v in upd.items()}
+        _old_logprobs(samples, policy.model, cfg, pad_id)
 
 
 @torch.no_grad()
@@ -478,7 +353,7 @@ def _old_logprobs(samples: Sequence[Sample], model: Any, cfg: GRPOConfig, pad_id
         padded = pad_samples(mb, pad_id, device)
         host = forward_logprobs(model, padded, temperature=cfg.temperature, bf16=cfg.bf16).logprobs.cpu()
         for i, s in enumerate(mb):
-            if not s.extras.get("probe"):  # a probe keeps its sampling log-probs (see _behavior_logprobs)
+            if not s.extras.get("probe"):  # a probe keeps its sampling log-probs (see RexProbes.before_update)
                 s.extras["old_logprobs"] = host[i, : len(s.ids)].tolist()
 
 

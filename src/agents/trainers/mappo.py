@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, cast
 
 import numpy as np
@@ -35,11 +36,11 @@ import torch
 from agents.devices import model_device
 from agents.rollout.seeds import STEP_SALTS, step_seed
 from agents.trainers.advantages import role_advantages
+from agents.trainers.callbacks import TrainerCallback, trainer_callbacks
 from agents.trainers.config import ActorCriticConfig, _help
 from agents.trainers.losses import add_kl_penalty, clipped_policy_loss, masked_mean, value_loss
 from agents.trainers.mappo_sft import RoleEpisodeSettings
 from agents.trainers.metrics import stats
-from agents.trainers.models import refresh_generation_copy
 from agents.trainers.rl_run import ValueHead, open_rl_run, reference_logprobs
 from agents.trainers.samples import Sample, forward_logprobs, micro_batches, pad_extra, pad_samples
 
@@ -176,6 +177,7 @@ def train_mappo(
     resume: bool = False,
     overwrite: bool = False,
     stop_after: int | None = None,
+    callbacks: Sequence[TrainerCallback] = (),
     on_episodes: Callable[[int, list[TeamEpisode]], None] | None = None,
 ) -> dict[str, Any]:
     """Train every role of one shared model and a centralised value head with MAPPO.
@@ -189,8 +191,11 @@ def train_mappo(
         overwrite: Replace a run already in ``cfg.output_dir``; without it (or ``resume``) a folder
             holding a run is refused.
         stop_after: Stop (after checkpointing) once this many steps are done.
-        on_episodes: Called with ``(step, episodes)`` once each step's episodes carry their targets
-            (``advantages``, ``returns``, ``old_logprobs`` in each turn's and critic's ``extras``).
+        callbacks: Trainer callbacks (:class:`~agents.trainers.callbacks.TrainerCallback`); a step's batch
+            is its episodes once they carry their targets (``advantages``, ``returns``, ``old_logprobs``
+            in each turn's and critic's ``extras``).
+        on_episodes: Deprecated (a callback's ``on_batch``): called with ``(step, episodes)`` on each
+            non-empty batch.
 
     Returns:
         A summary: final step, last metrics, run folder, the policy and the value head.
@@ -200,36 +205,33 @@ def train_mappo(
             (a run folder in use, no checkpoint to resume, a damaged or unfit checkpoint).
     """
     run = open_rl_run(cfg, "mappo", policy=policy, retriever=retriever, resume=resume, overwrite=overwrite,
-                      value_learning_rate=cfg.value_learning_rate)
-    policy, model = run.policy, run.model
-    head = run.value_head
+                      value_learning_rate=cfg.value_learning_rate, stop_after=stop_after,
+                      callbacks=trainer_callbacks(callbacks, trainer="train_mappo", on_episodes=on_episodes))
+    policy, model, head, ref, pad_id = run.policy, run.model, run.value_head, run.ref_model, run.pad_id
 
-    for step in run.steps():
-        timer, questions = run.begin_step()
+    for step, timer in run.steps():
+        # ---- 1. rollouts: batch_size questions x samples_per_question team episodes ----------------
         with timer("generation"):
-            played, records = collect_episodes(policy, questions, run.retriever, cfg, reward=reward,
-                                               seed=step_seed(cfg.seed, step, STEP_SALTS["mappo"]))
-        model.train()
+            played, records = collect_episodes(policy, run.questions(cfg.batch_size), run.retriever, cfg,
+                                               reward=reward, seed=step_seed(cfg.seed, step, STEP_SALTS["mappo"]))
         _freeze_roles(played, cfg.trained_roles)
         episodes = [e for e in played if e is not None and not e.infra_error
                     and any(t.num_policy_tokens for t in e.turns)]
-        upd = _Update(cfg.roles)
-        with timer("training"):
-            if episodes:
-                _prepare_targets(episodes, policy, head, run.ref_model, cfg, run.pad_id)
-                if on_episodes is not None:
-                    on_episodes(step, episodes)
-                for mb in run.minibatches(episodes):
-                    _minibatch_gradients(mb, model, head, cfg, run.pad_id, upd)
-                    run.step_optimizer()
-                    upd.updates += 1
-                refresh_generation_copy(policy)
+
+        # ---- 2. advantages (each role's return minus the critic's value before the update: its first part)
+        # ---- 3. optimise ---------------------------------------------------------------------------
+        upd = _Update(cfg.roles)  # the minibatches' statistics, per role
+        stats = run.optimise(timer, episodes, prepare=lambda b: _prepare_targets(b, policy, head, ref, cfg, pad_id),
+                             gradients=partial(_minibatch_gradients, model=model, head=head, cfg=cfg, pad_id=pad_id,
+                                               upd=upd))
+        upd.updates = len(stats)
+
+        # ---- 4. record ------------------------------------------------------------------------------
         last = {"step": step, **_step_metrics(cfg, played, episodes, upd), "lr": run.scheduler.get_last_lr()[0],
                 "failed_episodes": sum(r.error is not None for r in records),
                 "seconds": timer.totals()}
-        run.record(last, {"reward": f"{last['reward_mean']:.3f}", "f1": f"{last['f1']:.2f}"},
-                   ("step", "reward_mean", "f1", "vf_loss"))
-        if run.save_or_stop(step, stop_after is not None and step >= stop_after):
+        if run.end_step(last, {"reward": f"{last['reward_mean']:.3f}", "f1": f"{last['f1']:.2f}"},
+                        ("step", "reward_mean", "f1", "vf_loss")):
             break
     return run.finish()
 

@@ -22,11 +22,11 @@ import torch
 from agents.devices import model_device
 from agents.rollout.seeds import STEP_SALTS, step_seed
 from agents.trainers.advantages import gae
+from agents.trainers.callbacks import TrainerCallback, trainer_callbacks
 from agents.trainers.config import ActorCriticConfig, _help
-from agents.trainers.episodes import run_rollouts, step_metrics
+from agents.trainers.episodes import run_rollouts, step_metrics, trainable_samples
 from agents.trainers.losses import add_kl_penalty, clipped_policy_loss, masked_mean, masked_whiten, value_loss
-from agents.trainers.models import refresh_generation_copy
-from agents.trainers.rl_run import ValueHead, open_rl_run, reference_logprobs  # ValueHead: re-exported
+from agents.trainers.rl_run import ValueHead, mean_stats, open_rl_run, reference_logprobs  # ValueHead: re-exported
 from agents.trainers.samples import Sample, forward_logprobs, micro_batches, pad_extra, pad_samples
 
 
@@ -46,6 +46,10 @@ class PPOConfig(ActorCriticConfig):
         for name in ("gamma", "lam"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)!r}")
+
+
+#: The update's statistics (the mean over its minibatches goes into the step's metrics).
+_UPDATE_KEYS = ("pg_loss", "vf_loss", "kl", "clip_fraction", "vf_clip_fraction", "approx_kl", "entropy", "value_mean")
 
 
 def token_rewards(sample: Sample) -> np.ndarray:
@@ -74,6 +78,7 @@ def train_ppo(
     resume: bool = False,
     overwrite: bool = False,
     stop_after: int | None = None,
+    callbacks: Sequence[TrainerCallback] = (),
 ) -> dict[str, Any]:
     """Train the policy and a value head with PPO.
 
@@ -87,6 +92,8 @@ def train_ppo(
         overwrite: Replace a run already in ``cfg.output_dir`` (its checkpoint and metrics); without it
             (or ``resume``) a folder holding a run is refused.
         stop_after: Stop (after checkpointing) once this many steps are done.
+        callbacks: Trainer callbacks (:class:`~agents.trainers.callbacks.TrainerCallback`); a step's batch
+            is its samples with their ``advantages`` and ``returns``.
 
     Returns:
         A summary: final step, last metrics, run folder, the policy and the value head.
@@ -96,39 +103,28 @@ def train_ppo(
             (a run folder in use, no checkpoint to resume, a damaged or unfit checkpoint).
     """
     run = open_rl_run(cfg, "ppo", policy=policy, retriever=retriever, resume=resume, overwrite=overwrite,
-                      value_learning_rate=cfg.value_learning_rate)
-    policy, model = run.policy, run.model
-    head = run.value_head
+                      value_learning_rate=cfg.value_learning_rate, stop_after=stop_after,
+                      callbacks=trainer_callbacks(callbacks, trainer="train_ppo"))
+    policy, model, head, ref, pad_id = run.policy, run.model, run.value_head, run.ref_model, run.pad_id
 
-    for step in run.steps():
-        timer, questions = run.begin_step()
-        episodes = run_rollouts(
-            policy, questions, run.retriever, cfg, group_size=cfg.samples_per_question,
-            seed=step_seed(cfg.seed, step, STEP_SALTS["ppo"]), timer=timer, reward=reward,
-        )
-        model.train()
-        infra = sum(1 for e in episodes if e.infra_error)
-        samples = [e.sample for e in episodes if not e.infra_error and e.sample.num_policy_tokens > 0]
+    for step, timer in run.steps():
+        # ---- 1. rollouts: batch_size questions x samples_per_question episodes ------------------
+        episodes = run_rollouts(policy, run.questions(cfg.batch_size), run.retriever, cfg,
+                                group_size=cfg.samples_per_question, seed=step_seed(cfg.seed, step, STEP_SALTS["ppo"]),
+                                timer=timer, reward=reward)
+        samples, infra = trainable_samples(episodes)
         metrics = step_metrics(episodes)
-        upd = {"pg_loss": 0.0, "vf_loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "vf_clip_fraction": 0.0,
-               "approx_kl": 0.0, "entropy": 0.0, "value_mean": 0.0}
-        n_updates = 0
-        with timer("training"):
-            if samples:
-                _prepare_targets(samples, policy, head, run.ref_model, cfg, run.pad_id)
-                for mb in run.minibatches(samples):
-                    st = _minibatch_gradients(mb, model, head, cfg, run.pad_id)
-                    run.step_optimizer()
-                    for k in upd:
-                        upd[k] += st[k]
-                    n_updates += 1
-                refresh_generation_copy(policy)
-        for k in upd:
-            upd[k] /= max(n_updates, 1)
-        last = run.step_record(step, timer, metrics, upd, episodes=len(episodes), infra=infra, trained=samples)
-        run.record(last, {"reward": f"{metrics['reward_mean']:.3f}", "em": f"{metrics['em']:.2f}"},
-                   ("step", "reward_mean", "em", "vf_loss"))
-        if run.save_or_stop(step, stop_after is not None and step >= stop_after):
+
+        # ---- 2. advantages (GAE under the values before the update: its first part) -------------
+        # ---- 3. optimise ---------------------------------------------------------------------------
+        stats = run.optimise(timer, samples, prepare=lambda b: _prepare_targets(b, policy, head, ref, cfg, pad_id),
+                             gradients=lambda mb: _minibatch_gradients(mb, model, head, cfg, pad_id))
+
+        # ---- 4. record ------------------------------------------------------------------------------
+        last = run.step_record(step, timer, metrics, mean_stats(stats, _UPDATE_KEYS), episodes=len(episodes),
+                               infra=infra, trained=samples)
+        if run.end_step(last, {"reward": f"{metrics['reward_mean']:.3f}", "em": f"{metrics['em']:.2f}"},
+                        ("step", "reward_mean", "em", "vf_loss")):
             break
     return run.finish()
 
@@ -181,8 +177,7 @@ def _minibatch_gradients(
     """Accumulate the gradients of a minibatch's loss (policy, value, KL) over its micro-batches; its statistics."""
     tok_total = sum(s.num_policy_tokens for s in mb)
     seq_total = len(mb)
-    keys = ("pg_loss", "vf_loss", "kl", "clip_fraction", "vf_clip_fraction", "approx_kl", "entropy", "value_mean")
-    acc = dict.fromkeys(keys, 0.0)
+    acc = dict.fromkeys(_UPDATE_KEYS, 0.0)
     device = model_device(model)
     for micro in micro_batches(mb, cfg.micro_batch_size):
         padded = pad_samples(micro, pad_id, device)

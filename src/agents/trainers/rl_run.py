@@ -1,37 +1,46 @@
-"""What the RL trainers (GRPO, PPO, MAPPO) share around their steps: opening a run, its minibatches, closing a step.
+"""What the RL trainers (GRPO, PPO, MAPPO) share around their steps: opening a run, its questions, the update.
 
 :func:`open_rl_run` checks the run folder, loads the policy, the questions and the retriever, builds
 the frozen reference model (a KL term on full fine-tuning), the value head (PPO, MAPPO), the
 optimizer, the schedule, the random generator and the data order, and restores them all from the
-run's checkpoint on ``resume``. :func:`shuffled_minibatches` (:meth:`RLRun.minibatches`) deals a
-step's episodes out to its optimizer steps, and :func:`reference_logprobs` scores them under the
-reference policy for the KL term. :meth:`RLRun.step_record` builds a step's metrics,
-:meth:`RLRun.record` writes them, :meth:`RLRun.save_or_stop` checkpoints on the schedule and when
-the run stops early, and :meth:`RLRun.finish` closes the run with the trainer's summary.
+run's checkpoint on ``resume``. Each trainer's step then reads alike::
+
+    for step, timer in run.steps():                      # the model in eval mode
+        # 1. rollouts of run.questions(n)
+        # 2. advantages
+        # 3. optimise: stats = run.optimise(timer, batch, prepare=..., gradients=...)
+        # 4. record: if run.end_step(last, ...): break
+    return run.finish()
+
+:meth:`RLRun.optimise` attaches the targets, calls the callbacks' ``on_batch`` and deals the
+batch out to the step's optimizer steps (:func:`shuffled_minibatches`); :func:`reference_logprobs`
+scores a batch under the reference policy for the KL term; :meth:`RLRun.step_record` builds a
+step's metrics, and :class:`~agents.trainers.run.TrainRun` writes them, checkpoints and closes the run.
 """
 
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
 import torch
 
 from agents.devices import model_device
-from agents.trainers.checkpoints import restore_training_state, save_training_state, start_run
+from agents.trainers.callbacks import Callbacks
+from agents.trainers.checkpoints import start_run
 from agents.trainers.config import RLConfig
-from agents.trainers.data import DataOrder, task_examples
-from agents.trainers.metrics import MetricsLog, Timer, last_record, progress_bar, seconds_spent
-from agents.trainers.models import init_policy, pad_token_id, trainable_parameters
-from agents.trainers.optim import TimeBudget, make_optimizer, make_scheduler, optimizer_step
+from agents.trainers.data import task_examples
+from agents.trainers.metrics import Timer
+from agents.trainers.models import init_policy, pad_token_id, refresh_generation_copy, trainable_parameters
+from agents.trainers.optim import make_optimizer, make_scheduler, optimizer_step
+from agents.trainers.run import TrainRun, restored_state
 from agents.trainers.samples import Padded, Sample, forward_logprobs
 
 T = TypeVar("T")
+S = TypeVar("S")
 
 
 class ValueHead(torch.nn.Module):
@@ -95,58 +104,23 @@ def reference_logprobs(model: Any, ref_model: Any, padded: Padded, cfg: RLConfig
         return forward_logprobs(model, padded, temperature=cfg.temperature, bf16=cfg.bf16).logprobs
 
 
-@dataclass
-class RLRun:
-    """An RL trainer's run: what it trains, with what, and where it writes (see :func:`open_rl_run`).
+@dataclass(kw_only=True)
+class RLRun(TrainRun):
+    """An RL trainer's run (see :func:`open_rl_run`): a :class:`~agents.trainers.run.TrainRun` with questions.
 
     Attributes:
-        cfg: The trainer's configuration.
-        kind: The trainer's name in its checkpoints (``grpo``, ``ppo``, ``mappo``).
-        run_dir: The run folder.
-        policy: The policy being trained; ``model`` is its model.
         examples: The training questions; ``retriever`` searches for them.
         pad_id: The tokenizer's padding id.
         ref_model: A frozen copy of the starting model for the KL term, or None.
-        params: The model's trainable parameters.
         head: The value head (PPO, MAPPO), or None.
-        optimizer: AdamW over ``params`` (and the head, at its own learning rate).
-        scheduler: The learning-rate schedule.
-        gen: The run's random generator (minibatch order).
-        order: The order questions are taken in.
-        start: The last step already done (0, or the checkpoint's step on resume).
-        step: The step :meth:`steps` is at (``start`` before it begins).
-        log: The metrics file.
-        bar: The progress bar.
-        last: The last step's metrics (a run resumed at its end reports its final step's).
-        on_checkpoint: Called after each checkpoint is written (more state to save with it).
     """
 
     cfg: RLConfig
-    kind: str
-    run_dir: Path
-    policy: Any
-    model: Any
     examples: list[Any]
     retriever: Any
     pad_id: int
     ref_model: Any
-    params: list[torch.nn.Parameter]
     head: ValueHead | None
-    optimizer: torch.optim.Optimizer
-    scheduler: torch.optim.lr_scheduler.LambdaLR
-    gen: np.random.Generator
-    order: DataOrder
-    start: int
-    log: MetricsLog
-    bar: Any
-    last: dict[str, Any] = field(default_factory=dict)
-    on_checkpoint: Callable[[], None] | None = None
-    budget: TimeBudget = field(default_factory=lambda: TimeBudget(None, 0))
-    step: int = field(init=False, default=0)
-
-    def __post_init__(self) -> None:
-        """Start :attr:`step` at ``start``."""
-        self.step = self.start
 
     @property
     def all_params(self) -> list[torch.nn.Parameter]:
@@ -164,35 +138,19 @@ class RLRun:
             raise RuntimeError(f"the {self.kind} run was opened without a value head (no value learning rate)")
         return self.head
 
-    def checkpoint(self, step: int) -> None:
-        """Write the run's state after ``step`` (model, optimizer, schedule, generator, data order, value head)."""
-        extra = {} if self.head is None else {"value_head": self.head.state_dict()}
-        save_training_state(self.run_dir, self.kind, step, model=self.model, cfg=self.cfg, optimizer=self.optimizer,
-                            scheduler=self.scheduler, gen=self.gen, cursor=self.order.cursor, **extra)
-        if self.on_checkpoint is not None:
-            self.on_checkpoint()
+    def checkpoint_extra(self) -> dict[str, Any]:
+        """The value head's state, in a run with one."""
+        return {} if self.head is None else {"value_head": self.head.state_dict()}
 
-    def steps(self) -> Iterator[int]:
-        """The steps still to do, ``start + 1`` to ``cfg.steps``, each recorded in :attr:`step` as it begins.
+    def steps(self) -> Iterator[tuple[int, Timer]]:
+        """The steps still to do (:meth:`TrainRun.steps`), each begun with the model in eval mode (rollouts)."""
+        for step, timer in super().steps():
+            self.model.eval()
+            yield step, timer
 
-        None when the run was resumed after its time budget had ended it.
-        """
-        if self.budget.ended(self.start, self.scheduler):
-            return
-        for step in range(self.start + 1, self.cfg.steps + 1):
-            self.step = step
-            yield step
-
-    def begin_step(self) -> tuple[Timer, list[Any]]:
-        """Begin a step that rolls out ``batch_size`` questions (PPO, MAPPO), the model in eval mode.
-
-        Returns:
-            The step's timer (started) and its questions, the next ``batch_size`` of :attr:`order`.
-        """
-        timer = Timer()
-        questions = [self.examples[i] for i in self.order.take(self.cfg.batch_size)]
-        self.model.eval()
-        return timer, questions
+    def questions(self, n: int) -> list[Any]:
+        """The next ``n`` training questions of :attr:`order`."""
+        return [self.examples[i] for i in self.order.take(n)]
 
     def step_optimizer(self) -> None:
         """One optimizer step on :attr:`all_params` (gradients clipped to ``max_grad_norm``), then the schedule's."""
@@ -201,6 +159,31 @@ class RLRun:
     def minibatches(self, items: Sequence[T]) -> Iterator[list[T]]:
         """This step's minibatches of ``items``: :func:`shuffled_minibatches` with the run's generator and config."""
         return shuffled_minibatches(items, self.gen, self.cfg.epochs, self.cfg.minibatches)
+
+    def optimise(self, timer: Timer, batch: Sequence[T], *, prepare: Callable[[Sequence[T]], None],
+                 gradients: Callable[[list[T]], S]) -> list[S]:
+        """A step's update, timed as ``training``: targets, the callbacks' ``on_batch``, then the minibatches.
+
+        The model goes to train mode. Unless ``batch`` is empty: ``prepare(batch)`` attaches what
+        the loss needs (old and reference log-probs, advantages), and each of the step's
+        :meth:`minibatches` accumulates ``gradients(minibatch)`` and takes an optimizer step. The
+        policy's generation copy then follows the weights.
+
+        Returns:
+            What ``gradients`` returned for each minibatch, in order (the update's statistics).
+        """
+        self.model.train()
+        stats: list[S] = []
+        with timer("training"):
+            if batch:
+                prepare(batch)
+            self.callbacks.on_batch(self.step, batch)
+            if batch:
+                for mb in self.minibatches(batch):
+                    stats.append(gradients(mb))
+                    self.step_optimizer()
+            refresh_generation_copy(self.policy)
+        return stats
 
     def step_record(
         self,
@@ -247,45 +230,21 @@ class RLRun:
             "seconds": timer.totals(),
         }
 
-    def record(self, last: dict[str, Any], postfix: Mapping[str, str], printed: Sequence[str]) -> None:
-        """Write a step's metrics, advance the bar (showing ``postfix``) and print ``printed`` every ``log_every``."""
-        self.last = last
-        self.log.write(last)
-        self.bar.update(1)
-        self.bar.set_postfix(**postfix)
-        step = int(last["step"])
-        if self.cfg.log_every and step % self.cfg.log_every == 0 and not self.cfg.progress:
-            print(json.dumps({k: last[k] for k in printed}), flush=True)
-
-    def save_or_stop(self, step: int, stop: bool) -> bool:
-        """Checkpoint on the schedule (every ``save_every`` steps and at the last), and when the run stops here.
-
-        The run stops at ``step`` when ``stop``, or when ``max_minutes`` is spent
-        (:class:`~agents.trainers.optim.TimeBudget`, which also fits the schedule to the steps left).
-
-        Returns:
-            Whether the caller's loop ends here.
-        """
-        cfg = self.cfg
-        seconds = float((self.last.get("seconds") or {}).get("total", 0.0))
-        stop = self.budget.after_step(step, seconds, self.scheduler) or stop
-        scheduled = bool(cfg.save_every and step % cfg.save_every == 0) or step == cfg.steps
-        if scheduled or stop:
-            self.checkpoint(step)
-        return stop
-
-    def finish(self) -> dict[str, Any]:
-        """Close the progress bar and summarise the run.
-
-        Returns:
-            The trainer's summary: ``step`` (the last one begun), ``last`` (its metrics), ``run_dir``,
-            ``policy`` and, in a run with one, ``value_head``.
-        """
-        self.bar.close()
-        out = {"step": self.step, "last": self.last, "run_dir": str(self.run_dir), "policy": self.policy}
+    def summary(self) -> dict[str, Any]:
+        """:meth:`TrainRun.summary`, and the value head in a run with one."""
+        out = super().summary()
         if self.head is not None:
             out["value_head"] = self.head
         return out
+
+
+def mean_stats(stats: Sequence[Mapping[str, float]], keys: Sequence[str]) -> dict[str, float]:
+    """The mean of each of ``keys`` over an update's minibatch statistics (zeros when there were none)."""
+    total = dict.fromkeys(keys, 0.0)
+    for st in stats:
+        for k in total:
+            total[k] += st[k]
+    return {k: v / max(len(stats), 1) for k, v in total.items()}
 
 
 def open_rl_run(
@@ -297,8 +256,12 @@ def open_rl_run(
     resume: bool = False,
     overwrite: bool = False,
     value_learning_rate: float | None = None,
+    callbacks: Callbacks | None = None,
+    stop_after: int | None = None,
 ) -> RLRun:
     """Open an RL trainer's run: check its folder, load what it trains, and restore a checkpoint on ``resume``.
+
+    Then the callbacks' ``on_train_begin``.
 
     Args:
         cfg: The trainer's configuration.
@@ -309,6 +272,8 @@ def open_rl_run(
         overwrite: Replace a run already in ``cfg.output_dir``.
         value_learning_rate: Train a value head beside the policy at this learning rate (no weight decay);
             None: no value head.
+        callbacks: The trainer's callbacks (:func:`~agents.trainers.callbacks.trainer_callbacks`).
+        stop_after: Stop (after checkpointing) once this many steps are done.
 
     Returns:
         The run, at step ``start``.
@@ -339,16 +304,11 @@ def open_rl_run(
         ]
         opt = torch.optim.AdamW(groups)
     sched = make_scheduler(opt, cfg, cfg.steps * cfg.epochs * cfg.minibatches)
-    gen = np.random.default_rng(cfg.seed)
-    order = DataOrder(len(examples), cfg.seed)
-    start = 0
-    if resume:
-        start, _ = restore_training_state(run_dir, kind=kind, cfg=cfg, model=model, optimizer=opt, scheduler=sched,
-                                          gen=gen, order=order, extra=None if head is None else {"value_head": head})
-    log = MetricsLog(run_dir, start)  # drops a line torn by a kill before the budget reads the steps' seconds
-    spent = seconds_spent(run_dir, start) if cfg.max_minutes else 0.0
-    return RLRun(cfg=cfg, kind=kind, run_dir=run_dir, policy=policy, model=model, examples=examples, retriever=retr,
-                 pad_id=pad_id, ref_model=ref_model, params=params, head=head, optimizer=opt, scheduler=sched,
-                 gen=gen, order=order, start=start, log=log,
-                 bar=progress_bar(cfg.steps, start, cfg.progress, kind), last=last_record(run_dir, start),
-                 budget=TimeBudget(cfg.max_minutes, cfg.steps, cfg.epochs * cfg.minibatches, spent=spent, done=start))
+    state = restored_state(cfg, kind, run_dir, model=model, optimizer=opt, scheduler=sched, items=len(examples),
+                           resume=resume, per_step=cfg.epochs * cfg.minibatches,
+                           extra=None if head is None else {"value_head": head})
+    run = RLRun(cfg=cfg, kind=kind, run_dir=run_dir, policy=policy, model=model, examples=examples, retriever=retr,
+                pad_id=pad_id, ref_model=ref_model, params=params, head=head, optimizer=opt, scheduler=sched,
+                callbacks=callbacks if callbacks is not None else Callbacks(), stop_after=stop_after, **state)
+    run.callbacks.on_train_begin(kind, policy)
+    return run

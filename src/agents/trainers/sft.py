@@ -18,24 +18,23 @@ Read top to bottom: config, demonstrations, then the loop.
 
 from __future__ import annotations
 
-import json
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-import numpy as np
-
 from agents.devices import model_device
-from agents.trainers.checkpoints import restore_training_state, save_training_state, start_run
+from agents.rollout.seeds import phase_seed
+from agents.trainers.callbacks import TrainerCallback, trainer_callbacks
+from agents.trainers.checkpoints import start_run
 from agents.trainers.config import TrainConfig, _help
 from agents.trainers.data import DataOrder, task_examples
 from agents.trainers.frozen import FrozenLayers
 from agents.trainers.losses import masked_sum
-from agents.trainers.metrics import MetricsLog, Timer, last_record, progress_bar, seconds_spent
 from agents.trainers.models import init_policy, pad_token_id, trainable_parameters
-from agents.trainers.optim import TimeBudget, gradient_norm, make_optimizer, make_scheduler, optimizer_step
+from agents.trainers.optim import gradient_norm, make_optimizer, make_scheduler, optimizer_step
+from agents.trainers.run import TrainRun, restored_state
 from agents.trainers.samples import Sample, forward_logprobs, pad_samples
 from searchenv.corpus import DataWarning
 from searchenv.utils.jsonsafe import iter_jsonl
@@ -271,7 +270,7 @@ class CorpusPassages:
 
     def batch(self, step: int) -> tuple[list[int], list[Sample]]:
         """Document indices and samples (loss on every token after the first) of corpus step ``step``."""
-        order = DataOrder(len(self.docs), self.cfg.seed + 1, cursor=(step - 1) * self.cfg.batch_size)
+        order = DataOrder(len(self.docs), phase_seed(self.cfg.seed, "corpus"), cursor=(step - 1) * self.cfg.batch_size)
         picked = order.take(self.cfg.batch_size)
         out = []
         for i in picked:
@@ -324,6 +323,7 @@ def train_sft(
     resume: bool = False,
     overwrite: bool = False,
     stop_after: int | None = None,
+    callbacks: Sequence[TrainerCallback] = (),
 ) -> dict[str, Any]:
     """Fine-tune the policy on demonstrations.
 
@@ -335,6 +335,8 @@ def train_sft(
         overwrite: Replace a run already in ``cfg.output_dir`` (its checkpoint and metrics); without it
             (or ``resume``) a folder holding a run is refused.
         stop_after: Stop (after checkpointing) once this many steps are done, as if killed there.
+        callbacks: Trainer callbacks (:class:`~agents.trainers.callbacks.TrainerCallback`); a step's batch
+            is its samples (demonstrations, or corpus passages in the corpus phase).
 
     Returns:
         A summary: final step, last metrics, run folder.
@@ -350,42 +352,29 @@ def train_sft(
     device = model_device(model)
     samples, demo_stats = cfg.demonstrations(policy, retriever)
     pad_id = pad_token_id(policy)
-
     params = trainable_parameters(model)
     opt = make_optimizer(params, cfg)
     sched = make_scheduler(opt, cfg, cfg.steps)
-    gen = np.random.default_rng(cfg.seed)
-    order = DataOrder(len(samples), cfg.seed)
-    start = 0
-    if resume:
-        start, ckpt = restore_training_state(
-            run_dir, kind=cfg.kind, cfg=cfg, model=model, optimizer=opt, scheduler=sched, gen=gen, order=order
-        )
-    log = MetricsLog(run_dir, start)  # drops a line torn by a kill before the budget reads the steps' seconds
-    budget = TimeBudget(cfg.max_minutes, cfg.steps, spent=seconds_spent(run_dir, start) if cfg.max_minutes else 0.0,
-                        done=start)
-    bar = progress_bar(cfg.steps, start, cfg.progress, cfg.kind)
-    last: dict[str, Any] = last_record(run_dir, start)  # a run resumed at its end reports it
-
-    def checkpoint(step: int) -> None:
-        save_training_state(
-            run_dir, cfg.kind, step, model=model, cfg=cfg, optimizer=opt, scheduler=sched, gen=gen,
-            cursor=order.cursor
-        )
-
+    run = TrainRun(cfg=cfg, kind=cfg.kind, run_dir=run_dir, policy=policy, model=model, params=params, optimizer=opt,
+                   scheduler=sched, callbacks=trainer_callbacks(callbacks, trainer="train_sft"), stop_after=stop_after,
+                   **restored_state(cfg, cfg.kind, run_dir, model=model, optimizer=opt, scheduler=sched,
+                                    items=len(samples), resume=resume))
+    run.callbacks.on_train_begin(cfg.kind, policy)
     frozen = FrozenLayers(model, cfg.train_layers) if cfg.train_layers is not None and cfg.reuse_frozen else None
     corpus = CorpusPassages(cfg, policy) if cfg.corpus_steps else None
-    step = start
-    # a run resumed after its time budget ended it takes no further step
-    for step in range(start + 1, start if budget.ended(start, sched) else cfg.steps + 1):
-        timer = Timer()
+
+    for step, timer in run.steps():
+        # ---- 1. the batch: corpus passages (the corpus phase), then demonstrations ------------------
         reading = corpus is not None and step <= cfg.corpus_steps
         if reading:
             picked, batch = corpus.batch(step)  # type: ignore[union-attr]
         else:
-            picked = list(order.take(cfg.batch_size))
+            picked = list(run.order.take(cfg.batch_size))
             batch = [samples[i] for i in picked]
         n_tok = sum(s.num_policy_tokens for s in batch)
+        run.callbacks.on_batch(step, batch)
+
+        # ---- 2. optimise: the mean negative log-likelihood of the trained tokens -------------------
         total_loss = 0.0
         # micro-batches of similar lengths pad less (the loss is a sum over tokens: the grouping does not change it)
         by_length = sorted(range(len(batch)), key=lambda i: len(batch[i].ids))
@@ -403,6 +392,8 @@ def train_sft(
                 total_loss += float(loss.detach())
             grad_norm = gradient_norm(params, cfg.max_grad_norm)  # clips the gradients to max_grad_norm
             optimizer_step(params, opt, sched, None)  # so no clipping here
+
+        # ---- 3. record ------------------------------------------------------------------------------
         last = {
             "step": step,
             "loss": total_loss,
@@ -416,16 +407,6 @@ def train_sft(
             **demo_stats,
             "phase": "corpus" if reading else "demonstrations",
         }
-        log.write(last)
-        bar.update(1)
-        bar.set_postfix(loss=f"{total_loss:.3f}")
-        if cfg.log_every and step % cfg.log_every == 0 and not cfg.progress:
-            print(json.dumps({"step": step, "loss": round(total_loss, 4)}), flush=True)
-        spent = budget.after_step(step, last["seconds"]["total"], sched)
-        scheduled = bool(cfg.save_every and step % cfg.save_every == 0) or step == cfg.steps
-        if scheduled or spent or (stop_after is not None and step >= stop_after):
-            checkpoint(step)
-        if spent or (stop_after is not None and step >= stop_after):
+        if run.end_step(last, {"loss": f"{total_loss:.3f}"}, ("step", "loss")):
             break
-    bar.close()
-    return {"step": step, "last": last, "run_dir": str(run_dir), "policy": policy}
+    return run.finish()

@@ -14,7 +14,7 @@ document store). The HTTP client of a retrieval server is :mod:`searchenv.servin
 
 from __future__ import annotations
 
-from searchenv.retrievers.base import CLOSED_BOOK, Hit, NoDocuments, Retriever, RetrieverError, check_k
+from searchenv.retrievers.base import CLOSED_BOOK, Hit, NoDocuments, Retriever, RetrieverError, check_k, check_queries
 from searchenv.retrievers.index.metadata import (
     META_FILE,
     IndexIntegrityError,
@@ -44,6 +44,7 @@ __all__ = [
     "cached_index_folder",
     "check_fresh",
     "check_k",
+    "check_queries",
     "damaged",
     "file_sha256",
     "index_kinds",

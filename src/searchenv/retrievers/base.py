@@ -99,6 +99,25 @@ def check_k(k: int) -> int:
     return k
 
 
+def check_queries(queries: Sequence[str]) -> list[str]:
+    """Validate a batch of queries: every one a string (empty strings are queries too).
+
+    Args:
+        queries: The queries of one ``search_batch`` call.
+
+    Returns:
+        The queries as a new list.
+
+    Raises:
+        ValueError: If a query is not a string, naming its type.
+    """
+    queries = list(queries)
+    for query in queries:  # a loop, not next(..., None): a None query must be refused too
+        if not isinstance(query, str):
+            raise ValueError(f"queries must be strings, got {type(query).__name__}")
+    return queries
+
+
 def search_or_error(retriever: Retriever, queries: Sequence[str], k: int) -> list[list[Hit]] | Exception:
     """Search ``queries`` in one ``search_batch`` call; a failure is returned, never raised.
 

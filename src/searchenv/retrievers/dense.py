@@ -63,7 +63,7 @@ import numpy as np
 
 from searchenv.corpus import Document
 from searchenv.encoders import EncoderLike, load_encoder, resolve_encoder
-from searchenv.retrievers.base import Hit, RetrieverError, check_k
+from searchenv.retrievers.base import Hit, RetrieverError, check_k, check_queries
 from searchenv.retrievers.faiss_index import (
     _ENCODE_PREFIX,
     _RESCORE_BLOCK,
@@ -575,10 +575,7 @@ class DenseRetriever:
         All queries are embedded in batches of ``query_batch_size`` and searched in one FAISS call.
         """
         check_k(k)
-        queries = list(queries)
-        bad = next((q for q in queries if not isinstance(q, str)), None)
-        if bad is not None:
-            raise ValueError(f"queries must be strings, got {type(bad).__name__}")
+        queries = check_queries(queries)
         if not queries:
             return []
         encoder = self.encoder

@@ -136,7 +136,7 @@ LAYERS: dict[str, list[set[str]]] = {
         # serving.client is a retriever (a retrieval server's client), whatever folder the dialects share
         {"protocols", "rewards", "retrievers", "tasks", "refiners", "serving.client"},
         # protocols.actions holds the action types and invalid-turn codes only: data the metrics count
-        {"spaces", "metrics", "corpus", "encoders", "utils", "info", "protocols.actions"},
+        {"spaces", "metrics", "corpus", "encoders", "utils", "info", "errors", "protocols.actions"},
     ],
     "agents": [
         {"cli", "integrations"},

@@ -33,6 +33,7 @@ from typing import Any
 
 from agents.evaluation.evaluate import COLUMNS, INFRA_COLUMN
 from agents.evaluation.report_page import PAGE
+from searchenv.errors import ReportError
 from searchenv.utils.files import publishable, refuse_link
 from searchenv.utils.jsonsafe import JSONInputError, iter_jsonl, loads
 
@@ -41,10 +42,6 @@ REPORT_NAME = "report.html"
 #: What ``searchenv eval --out`` and the trainers write, read by the page.
 RESULTS_NAME = "results.json"
 METRICS_NAME = "metrics.jsonl"
-
-
-class ReportError(ValueError):
-    """A run folder the page cannot be built from; the message names the file (line, field) and the reason."""
 
 
 def _read_results(run_dir: Path) -> list[dict[str, Any]]:

@@ -13,13 +13,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from searchenv.errors import RetrieverError
 
-class RetrieverError(RuntimeError):
-    """A retriever could not answer (server down, timeout, malformed reply, missing index).
-
-    The environment turns this into an observation and sets ``info["infra_error"]``
-    so trainers can drop the trajectory instead of learning from an outage.
-    """
+__all__ = ["CLOSED_BOOK", "Hit", "NoDocuments", "Retriever", "RetrieverError", "check_k", "check_queries",
+           "search_or_error"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -320,7 +320,7 @@ def choose_example(
         return examples[ids[options["example_id"]]]
     if "index" in options:
         i = options["index"]
-        if isinstance(i, bool) or not isinstance(i, numbers.Integral) or not 0 <= i < len(examples):
+        if isinstance(i, bool) or not isinstance(i, numbers.Integral) or not 0 <= int(i) < len(examples):
             raise ValueError(f"options['index'] must be an int in [0, {len(examples)}), got {i!r}")
         return examples[int(i)]
     return examples[int(rng.integers(len(examples)))]

@@ -41,6 +41,9 @@ def test_a_registry_refuses_an_empty_name_and_its_copy_is_its_own() -> None:
     copy = reg.copy()
     copy.register("b", 2)
     assert reg.names() == ["a"] and copy.names() == ["a", "b"] and copy.kind == "widget"
+    makers: Registry[Callable[[], int]] = Registry("maker", {"one": lambda: 1}, callables=True)
+    with pytest.raises(TypeError, match="a maker must be callable, got 3"):
+        makers.copy().register("three", 3)  # type: ignore[arg-type]
     with pytest.raises(UnknownNameError, match="unknown widget"):
         reg[["unhashable"]]  # type: ignore[index]
 

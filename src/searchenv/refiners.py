@@ -125,7 +125,7 @@ class SentenceRefiner:
 REFINERS: Registry[Callable[[], Refiner]] = Registry("refiner", {
     "sentences": lambda: SentenceRefiner(),
     "sentences-embedding": lambda: SentenceRefiner(scorer="embedding"),
-})
+}, callables=True)
 
 
 def register_refiner(name: str, factory: Callable[[], Refiner]) -> None:
@@ -135,8 +135,6 @@ def register_refiner(name: str, factory: Callable[[], Refiner]) -> None:
         TypeError: If ``factory`` is not callable.
         ValueError: If ``name`` is not a non-empty string.
     """
-    if not callable(factory):
-        raise TypeError(f"a refiner factory must be callable, got {factory!r:.60}")
     REFINERS.register(name, factory)
 
 

@@ -90,7 +90,7 @@ _AGENTS: Registry[AgentFactory] = Registry("agent", {
     "iterative": _llm_agent(system_prompt=lambda p: f"{p.system_prompt()}\n\nExample:\n{FEW_SHOT_EXAMPLE}"),
     "llm": _llm_agent(),
     "searcher": _searcher,
-})
+}, callables=True)
 
 
 def register_agent(name: str, factory: AgentFactory) -> None:
@@ -104,8 +104,6 @@ def register_agent(name: str, factory: AgentFactory) -> None:
         TypeError: If ``factory`` is not callable.
         ValueError: If ``name`` is empty or holds a ``:``.
     """
-    if not callable(factory):
-        raise TypeError(f"an agent factory must be callable, got {factory!r:.60}")
     if isinstance(name, str) and ":" in name:
         raise ValueError(f"an agent name cannot hold ':' (module:Class is loaded, not registered), got {name!r}")
     _AGENTS.register(name, factory)

@@ -135,7 +135,7 @@ PRESETS: Registry[Callable[..., Reward]] = Registry("reward preset", {
     "shaped": _shaped,
     # ARENA (Ren et al., 2025): format + EM + citation F1 + a bonus when all hold (protocol="arena").
     "arena": ArenaReward,
-})
+}, callables=True)
 
 
 def register_preset(name: str, factory: Callable[..., Reward]) -> None:
@@ -145,8 +145,6 @@ def register_preset(name: str, factory: Callable[..., Reward]) -> None:
         TypeError: If ``factory`` is not callable.
         ValueError: If ``name`` is not a non-empty string.
     """
-    if not callable(factory):
-        raise TypeError(f"a reward preset must be a class or factory, got {factory!r:.60}")
     PRESETS.register(name, factory)
 
 

@@ -339,7 +339,7 @@ TERMS: Registry[Callable[..., float]] = Registry("reward term", {
     "cost": cost_score,
     "relevance": relevance_score,
     "shaping": shaping_score,
-})
+}, callables=True)
 
 #: Each term's bounds on one step, before its weight: ``bounds(max_queries, **params) -> (low, high)``
 #: (the term's own keyword parameters; ``max_queries`` is the protocol's most queries a turn). A new
@@ -350,7 +350,7 @@ TERM_BOUNDS: Registry[Callable[..., tuple[float, float]]] = Registry("reward ter
     "cost": cost_bounds,
     "relevance": relevance_bounds,
     "shaping": shaping_bounds,
-})
+}, callables=True)
 
 
 def register_term(name: str, score: Callable[..., float], bounds: Callable[..., tuple[float, float]]) -> None:

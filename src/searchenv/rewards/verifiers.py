@@ -319,7 +319,8 @@ def _embedding() -> dict[str, Verifier]:
 
 
 _VERIFIERS: Registry[Verifier] = Registry(
-    "relevance verifier", {"gold-evidence": gold_evidence, "answer-in-doc": answer_in_doc}, load=_embedding)
+    "relevance verifier", {"gold-evidence": gold_evidence, "answer-in-doc": answer_in_doc}, load=_embedding,
+    callables=True)
 
 
 def register_verifier(name: str, fn: Verifier) -> None:
@@ -328,8 +329,6 @@ def register_verifier(name: str, fn: Verifier) -> None:
     Raises:
         TypeError: If ``fn`` is not callable.
     """
-    if not callable(fn):
-        raise TypeError(f"a verifier must be callable ctx -> float, got {fn!r}")
     _VERIFIERS.register(name, fn)
 
 

@@ -26,11 +26,14 @@ class Registry(Mapping[str, T], Generic[T]):
         entries: The built-in entries.
         load: Returns more built-in entries, called once before the first lookup or registration
             (a registry whose built-ins need an import the registry's module should not pay for).
+        callables: Whether every entry must be callable (a function, class or factory): registering
+            anything else raises ``TypeError``.
     """
 
     def __init__(self, kind: str, entries: Mapping[str, T] | None = None, *,
-                 load: Callable[[], Mapping[str, T]] | None = None) -> None:
+                 load: Callable[[], Mapping[str, T]] | None = None, callables: bool = False) -> None:
         self.kind = kind
+        self.callables = callables
         self._entries: dict[str, T] = dict(entries or {})
         self._load = load
         self._lock = threading.Lock()
@@ -48,9 +51,12 @@ class Registry(Mapping[str, T], Generic[T]):
 
         Raises:
             ValueError: If ``name`` is not a non-empty string.
+            TypeError: If the registry holds callables and ``entry`` is not one.
         """
         if not isinstance(name, str) or not name.strip():
             raise ValueError(f"a {self.kind} name must be a non-empty string, got {name!r:.60}")
+        if self.callables and not callable(entry):
+            raise TypeError(f"a {self.kind} must be callable, got {entry!r:.60}")
         self._all()[name] = entry
 
     def names(self) -> list[str]:
@@ -78,7 +84,7 @@ class Registry(Mapping[str, T], Generic[T]):
 
     def copy(self) -> Registry[T]:
         """A registry of the same kind holding the same entries (registering in one leaves the other alone)."""
-        return Registry(self.kind, self._all())
+        return Registry(self.kind, self._all(), callables=self.callables)
 
     def __repr__(self) -> str:
         return f"Registry({self.kind!r}, names={self.names()})"

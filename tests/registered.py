@@ -24,7 +24,7 @@ class PlainTools(ToolsProtocol):
 
 def isolate_registry(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make the protocol registry this test's own copy: what it registers is gone afterwards."""
-    monkeypatch.setattr(protocol_registry, "_PROTOCOLS", dict(protocol_registry._PROTOCOLS))
+    monkeypatch.setattr(protocol_registry, "_PROTOCOLS", protocol_registry._PROTOCOLS.copy())
 
 
 def register_plain_tools(monkeypatch: pytest.MonkeyPatch) -> str:

@@ -344,3 +344,12 @@ def test_build_progress_moves_per_document_batch_and_a_resumed_build_says_so(
     whole = DenseRetriever.build(docs, tmp_path / "three", encoder=HashEncoder(), chunk_size=4, batch_size=4,
                                  show_progress=False)
     assert again.search_batch(["passage number 7"], 3) == whole.search_batch(["passage number 7"], 3)
+
+
+@pytest.mark.parametrize("bad", [None, 3, b"bytes", ["nested"]])
+def test_a_query_that_is_not_a_string_is_refused_before_encoding(bad: object) -> None:
+    enc = HashEncoder(dim=4)
+    r = DenseRetriever.from_vectors(_unit(np.random.default_rng(7), 10, 4), encoder=enc)
+    with pytest.raises(ValueError, match=f"queries must be strings, got {type(bad).__name__}"):
+        r.search_batch(["fine", bad], 3)  # type: ignore[list-item]
+    assert enc.calls == [] and r.search_batch(("", "fine"), 3)[0]  # a tuple, an empty query: both fine

@@ -16,7 +16,13 @@ pytest.importorskip("faiss")
 
 from searchenv.corpus import Document  # noqa: E402
 from searchenv.retrievers import open_index  # noqa: E402
-from searchenv.retrievers.dense import INDEX_PRESETS, DenseRetriever, default_nlist, index_plan  # noqa: E402
+from searchenv.retrievers.dense import (  # noqa: E402
+    INDEX_PRESETS,
+    DenseRetriever,
+    FaissOptions,
+    default_nlist,
+    index_plan,
+)
 from searchenv.retrievers.index.metadata import META_FILE, read_meta  # noqa: E402
 
 from .test_dense import HashEncoder  # noqa: E402
@@ -100,6 +106,34 @@ def test_index_plan_defaults_and_refusals() -> None:
         DenseRetriever.from_vectors(np.eye(4, dtype=np.float32), keep_vectors="bfloat16")
     with pytest.raises(ValueError, match="rerank"):
         DenseRetriever.from_vectors(np.eye(4, dtype=np.float32), rerank=-1)
+
+
+def test_faiss_options_by_keyword_or_as_one_value_build_the_same_index(tmp_path: Path) -> None:
+    """Every FAISS option is one field of FaissOptions, checked when made; keywords are its fields."""
+    rng = np.random.default_rng(11)
+    x = _clustered(rng, 400, 16)
+    opts = FaissOptions(index_type="ivf-pq", nlist=8, nprobe=4, pq_m=4, train_size=300, train_seed=3,
+                        keep_vectors="float16", rerank=30)
+    by_value = DenseRetriever.from_vectors(x, options=opts)
+    by_keyword = DenseRetriever.from_vectors(x, index_type="ivf-pq", nlist=8, nprobe=4, pq_m=4, train_size=300,
+                                             train_seed=3, keep_vectors="float16", rerank=30)
+    mixed = DenseRetriever.from_vectors(x, options=FaissOptions(index_type="ivf-pq", nlist=8), nprobe=4, pq_m=4,
+                                        train_size=300, train_seed=3, keep_vectors="float16", rerank=30)
+    q = x[:7]
+    for other in (by_keyword, mixed):
+        np.testing.assert_array_equal(other.search_vectors(q, 5)[1], by_value.search_vectors(q, 5)[1])
+        assert (other.nprobe, other.rerank, other.index_type) == (4, 30, "ivf-pq")
+    assert index_plan(opts, 16, 400) == index_plan("ivf-pq", 16, 400, nlist=8, pq_m=4, train_size=300)
+    docs = [Document(f"d{i}", WORDS[i % len(WORDS)], " ".join(WORDS[: 1 + i % 7])) for i in range(60)]
+    built = DenseRetriever.build(docs, tmp_path / "idx", encoder=HashEncoder(dim=16), show_progress=False,
+                                 options=FaissOptions(index_type="hnsw", hnsw_m=8), ef_search=40)
+    params = read_meta(tmp_path / "idx")["params"]
+    assert (params["hnsw_m"], params["ef_search"], built.index_type, built.ef_search) == (8, 40, "hnsw", 40)
+    with pytest.raises(TypeError, match=r"unknown FAISS option\(s\) \['k1'\]; the options are index_type, hnsw_m"):
+        DenseRetriever.from_vectors(x, k1=1.2)
+    for bad in ({"nprobe": 0}, {"train_seed": -1}, {"hnsw_m": True}, {"nlist": 1.5}, {"index_type": "ivf"}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            FaissOptions(**bad)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("mmap", [False, True])

@@ -192,7 +192,7 @@ LAYERS: dict[str, list[set[str]]] = {
         {"cli", "serving", "integrations", "multi_agent"},
         {"env", "vector", "make", "idle_envs"},
         {"protocols", "rewards", "retrievers", "tasks", "refiners", "retrieval_quality"},
-        {"spaces", "actions", "metrics", "corpus", "encoders", "utils", "step_info", "client_view", "info"},
+        {"spaces", "actions", "metrics", "corpus", "encoders", "utils", "step_info", "client_view", "info", "errors"},
     ],
     "agents": [
         {"cli", "integrations"},

@@ -121,10 +121,11 @@ def test_long_answers_overlong_outputs_and_empty_rewrites_pay_penalties(corpus_f
         MMOARAGEnv(EXAMPLES, corpus=corpus_file, roles=("selector", "rewriter", "generator"))
 
 
-def test_a_non_string_action_raises_and_unknown_reset_options_warn(corpus_file: Path) -> None:
+def test_a_non_string_action_raises_and_unknown_reset_options_are_refused(corpus_file: Path) -> None:
     e = MMOARAGEnv(EXAMPLES, corpus=corpus_file)
-    with pytest.warns(UserWarning, match="ignores unknown options"):
+    with pytest.raises(ValueError, match="unknown reset option.*'exmaple_id'.*example_id"):
         e.reset(options={"exmaple_id": "q1"})
+    e.reset(options={"example_id": "q1"})
     with pytest.raises(TypeError, match="must be a str"):
         e.step(3)  # type: ignore[arg-type]
 

@@ -520,3 +520,11 @@ def test_all_replicas_down_names_each_of_them() -> None:
         RemoteRetriever([])
     with pytest.raises(ValueError, match="listed twice"):
         RemoteRetriever([urls[0], urls[0] + "/retrieve"])
+
+
+@pytest.mark.parametrize("bad", [None, 3, b"bytes"])
+def test_a_query_that_is_not_a_string_is_refused_before_any_request(bad: object) -> None:
+    with RemoteRetriever("http://127.0.0.1:9", timeout=1, retries=0) as remote:  # nothing listens there
+        with pytest.raises(ValueError, match=f"queries must be strings, got {type(bad).__name__}"):
+            remote.search_batch(["fine", bad], 3)  # type: ignore[list-item]
+        assert remote.search_batch([], 3) == []

@@ -15,20 +15,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from searchenv.errors import CorpusFormatError
+from searchenv.errors import DataWarning as DataWarning  # its old path
 from searchenv.utils.files import publishable
 from searchenv.utils.jsonsafe import iter_jsonl
-
-
-class CorpusFormatError(ValueError):
-    """A corpus or QA file has a malformed record; the message names file, line and field."""
-
-
-class DataWarning(UserWarning):
-    """Data that runs but would not measure what the user expects (say, evidence ids an index lacks).
-
-    The command line prints each one once as ``warning: MESSAGE`` on stderr
-    (:func:`searchenv.cli.data_warnings_to_stderr`).
-    """
 
 
 @dataclass(frozen=True, slots=True)

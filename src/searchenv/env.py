@@ -9,7 +9,6 @@ from dataclasses import dataclass, replace
 from typing import Any, SupportsFloat
 
 import gymnasium as gym
-import numpy as np
 
 from searchenv.make import check_evidence, resolve_retriever, resolve_task, shared_retriever
 from searchenv.metrics import episode_metrics, exact_match, f1_score, gold_in_prediction, normalize_answer
@@ -19,7 +18,7 @@ from searchenv.retrievers.base import Hit, Retriever, RetrieverError, search_or_
 from searchenv.rewards import Reward, RewardResult, StepContext, answer_admissible, get_reward, score_step
 from searchenv.spaces import UnicodeText
 from searchenv.step_info import SUMMARY_KEY, StepInfo
-from searchenv.tasks.example import QAExample
+from searchenv.tasks.example import QAExample, choose_example
 from searchenv.utils.text import writable
 
 __all__ = [
@@ -289,13 +288,14 @@ class SearchQAEnv(gym.Env[str, str]):
             seed: Seeds ``self.np_random``; the same seed gives the same question.
             options: ``{"example_id": id}``, ``{"index": i}``, ``{"example": QAExample}``, or a
                 custom ``{"question": str, "answers": [str, ...]}`` (optionally ``evidence_ids``: a
-                list of document ids, or one id alone).
+                list of document ids, or one id alone, and ``id``); see
+                :func:`~searchenv.tasks.example.choose_example`. Any other key is refused.
 
         Returns:
             The prompt as the first observation, and info with ``example_id``.
         """
         super().reset(seed=seed)
-        self._example = self._choose_example(options or {})
+        self._example = choose_example(self.examples, options, self.np_random, by_id=self._by_id)
         self._prompt = self.protocol.prompt(self._example.question)
         if len(self._example.question) > self.max_question_chars or len(self._prompt) > self._prompt_bound:
             self.check_question(self._example)
@@ -328,37 +328,6 @@ class SearchQAEnv(gym.Env[str, str]):
         self._pending = None
         self._done = False
         return self._prompt, {"example_id": self._example.id, "turn": 0}
-
-    def _choose_example(self, options: Mapping[str, Any]) -> QAExample:
-        unknown = set(options) - {"example_id", "index", "question", "answers", "evidence_ids", "id", "example"}
-        if unknown:
-            raise ValueError(f"unknown reset options {sorted(unknown)}")
-        if "example" in options:
-            if not isinstance(options["example"], QAExample):
-                raise TypeError(f"options['example'] must be a QAExample, got {type(options['example']).__name__}")
-            return options["example"]
-        if "question" in options:
-            answers = options.get("answers")
-            if isinstance(answers, str):
-                answers = [answers]
-            if not answers:
-                raise ValueError("a custom question needs options['answers'] (a non-empty list of strings)")
-            evidence = options.get("evidence_ids", ())
-            if isinstance(evidence, str):  # one id alone, as in QA files
-                evidence = [evidence]
-            return QAExample(
-                str(options.get("id", "custom")), str(options["question"]), tuple(answers), tuple(evidence)
-            )
-        if "example_id" in options:
-            if options["example_id"] not in self._by_id:
-                raise ValueError(f"no example with id {options['example_id']!r}")
-            return self.examples[self._by_id[options["example_id"]]]
-        if "index" in options:
-            i = options["index"]
-            if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not 0 <= i < len(self.examples):
-                raise ValueError(f"options['index'] must be an int in [0, {len(self.examples)}), got {i!r}")
-            return self.examples[int(i)]
-        return self.examples[int(self.np_random.integers(len(self.examples)))]
 
     def prepare_step(self, action: str) -> StepRequest:
         """Parse a turn and say which queries it needs searched (first half of :meth:`step`).

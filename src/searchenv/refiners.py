@@ -15,13 +15,14 @@ the packaged all-MiniLM-L6-v2 or any encoder). Ties go to the earlier sentence.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, Protocol, runtime_checkable
 
 from searchenv.retrievers.base import Hit
+from searchenv.utils.registry import Registry
 
-__all__ = ["REFINERS", "Refiner", "SentenceRefiner", "get_refiner", "split_sentences"]
+__all__ = ["REFINERS", "Refiner", "SentenceRefiner", "get_refiner", "register_refiner", "split_sentences"]
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
@@ -119,12 +120,22 @@ class SentenceRefiner:
         return tuple(out), choices
 
 
-#: Refiners by name for ``SearchQAEnv(refiner=...)``: ``sentences`` (lexical, 2 per hit) and
-#: ``sentences-embedding``.
-REFINERS = {
+#: Refiners by name for ``SearchQAEnv(refiner=...)``, each a factory called with no argument:
+#: ``sentences`` (lexical, 2 per hit) and ``sentences-embedding``; :func:`register_refiner` adds one.
+REFINERS: Registry[Callable[[], Refiner]] = Registry("refiner", {
     "sentences": lambda: SentenceRefiner(),
     "sentences-embedding": lambda: SentenceRefiner(scorer="embedding"),
-}
+}, callables=True)
+
+
+def register_refiner(name: str, factory: Callable[[], Refiner]) -> None:
+    """Make a refiner selectable as ``refiner="name"``: ``factory()`` makes one for each environment.
+
+    Raises:
+        TypeError: If ``factory`` is not callable.
+        ValueError: If ``name`` is not a non-empty string.
+    """
+    REFINERS.register(name, factory)
 
 
 def get_refiner(spec: str | Refiner | None) -> Refiner | None:
@@ -136,9 +147,7 @@ def get_refiner(spec: str | Refiner | None) -> Refiner | None:
     if spec is None:
         return None
     if isinstance(spec, str):
-        if spec not in REFINERS:
-            raise ValueError(f"unknown refiner {spec!r}; known: {', '.join(sorted(REFINERS))}")
-        refiner: Refiner = REFINERS[spec]()
+        refiner: Refiner = REFINERS[spec]()  # an unknown name: UnknownNameError (a ValueError)
         return refiner
     if not callable(getattr(spec, "refine", None)):
         raise ValueError(f"refiner must be a name or an object with refine(), got {type(spec).__name__}")

@@ -59,7 +59,7 @@ from agents.baselines.llm import (
     chat_messages,
     close_answer,
 )
-from agents.baselines.registry import AGENT_NAMES, LLM_AGENTS, make_agent
+from agents.baselines.registry import AGENT_NAMES, LLM_AGENTS, AgentSettings, agent_names, make_agent, register_agent
 from searchenv.utils.moved import renamed_names
 
 __all__ = [
@@ -69,14 +69,17 @@ __all__ = [
     "LLM_AGENTS",
     "RAG_PROMPT",
     "Agent",
+    "AgentSettings",
     "EpisodeResult",
     "EpisodeState",
     "LLMAgent",
     "StepRecord",
     "Turn",
+    "agent_names",
     "chat_messages",
     "close_answer",
     "make_agent",
+    "register_agent",
     "run_agent",
     "with_system_prompt",
 ]

@@ -1,16 +1,118 @@
-"""The reference agents by name (:func:`make_agent`), as the ``eval`` and ``bench`` commands name them."""
+"""The reference agents by name (:func:`make_agent`), as the ``eval`` and ``bench`` commands name them.
+
+Each name is a factory in one :class:`~searchenv.utils.registry.Registry`; :func:`register_agent` adds one
+(``module:Class`` needs no registration: :func:`make_agent` loads it).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from agents.baselines.episode import Agent
 from agents.baselines.llm import DIRECT_PROMPT, FEW_SHOT_EXAMPLE, RAG_PROMPT, LLMAgent
 from agents.policies.base import ChatPolicy, Policy
 from searchenv.utils.loading import is_module_attr, load_attribute
+from searchenv.utils.registry import Registry
 
+#: The built-in agents, in the order the commands list them.
 AGENT_NAMES = ("oracle", "oracle-plan", "heuristic", "random", "direct", "rag", "iterative", "llm", "searcher")
+#: The built-in agents that need a policy (a language model).
 LLM_AGENTS = frozenset({"direct", "rag", "iterative", "llm"})
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    """What :func:`make_agent` was asked for, handed to the agent's factory (see its arguments)."""
+
+    name: str
+    policy: Policy | ChatPolicy | None = None
+    max_new_tokens: int = 96
+    temperature: float = 0.0
+    seed: int = 0
+    device: str | None = None
+    generation_dtype: str = "auto"
+
+
+#: ``factory(settings) -> Agent``.
+AgentFactory = Callable[[AgentSettings], Agent]
+
+
+def _oracle(settings: AgentSettings) -> Agent:
+    from agents.baselines.scripted import OracleAgent
+
+    return OracleAgent(plan=settings.name == "oracle-plan")
+
+
+def _heuristic(settings: AgentSettings) -> Agent:
+    from agents.baselines.scripted import HeuristicAgent
+
+    return HeuristicAgent()
+
+
+def _random(settings: AgentSettings) -> Agent:
+    from agents.baselines.scripted import RandomAgent
+
+    return RandomAgent(seed=settings.seed)
+
+
+def _searcher(settings: AgentSettings) -> Agent:
+    from agents.baselines.searcher import load_searcher
+    from agents.devices import generation_dtype_for, resolve_device
+
+    where = resolve_device(settings.device)
+    dtype = generation_dtype_for(settings.generation_dtype, where)  # checked before the model loads
+    searcher = load_searcher(device=where)
+    searcher.generation_dtype = dtype
+    return LLMAgent(settings.name, searcher, max_new_tokens=settings.max_new_tokens,
+                    temperature=settings.temperature)
+
+
+def _llm_agent(**options: Any) -> AgentFactory:
+    """A factory of an :class:`LLMAgent` over the given policy, with ``options`` (prompt, turns)."""
+
+    def make(settings: AgentSettings) -> Agent:
+        if settings.policy is None:
+            raise ValueError(f"agent {settings.name!r} needs a policy (a language model)")
+        return LLMAgent(settings.name, settings.policy, max_new_tokens=settings.max_new_tokens,
+                        temperature=settings.temperature, **options)
+
+    return make
+
+
+_AGENTS: Registry[AgentFactory] = Registry("agent", {
+    "oracle": _oracle,
+    "oracle-plan": _oracle,
+    "heuristic": _heuristic,
+    "random": _random,
+    "direct": _llm_agent(system_prompt=lambda p: DIRECT_PROMPT, answer_slot=True, max_turns=1),
+    "rag": _llm_agent(system_prompt=lambda p: RAG_PROMPT, first_search=True, answer_slot=True, max_turns=2),
+    "iterative": _llm_agent(system_prompt=lambda p: f"{p.system_prompt()}\n\nExample:\n{FEW_SHOT_EXAMPLE}"),
+    "llm": _llm_agent(),
+    "searcher": _searcher,
+}, callables=True)
+
+
+def register_agent(name: str, factory: AgentFactory) -> None:
+    """Make an agent selectable by name in :func:`make_agent`: ``factory(settings)`` builds it.
+
+    Args:
+        name: The agent's name (no ``:``, which names ``module:Class``).
+        factory: Called with the :class:`AgentSettings` of each :func:`make_agent` call.
+
+    Raises:
+        TypeError: If ``factory`` is not callable.
+        ValueError: If ``name`` is empty or holds a ``:``.
+    """
+    if isinstance(name, str) and ":" in name:
+        raise ValueError(f"an agent name cannot hold ':' (module:Class is loaded, not registered), got {name!r}")
+    _AGENTS.register(name, factory)
+
+
+def agent_names() -> list[str]:
+    """Every name :func:`make_agent` takes (the built-ins and those registered), sorted."""
+    return _AGENTS.names()
 
 
 def make_agent(
@@ -26,9 +128,10 @@ def make_agent(
     """Build a reference agent by name, or your own as ``module:Class``.
 
     Args:
-        name: One of :data:`AGENT_NAMES`, or ``module:Class`` (the current folder importable): a class
-            or factory called with no arguments, or with ``policy=`` when it takes one and a policy
-            is given; what it returns must be an agent (``name``, ``max_turns``, ``adapt_protocol``, ``act``).
+        name: One of :data:`AGENT_NAMES`, a name given to :func:`register_agent`, or ``module:Class``
+            (the current folder importable): a class or factory called with no arguments, or with
+            ``policy=`` when it takes one and a policy is given; what it returns must be an agent
+            (``name``, ``max_turns``, ``adapt_protocol``, ``act``).
         policy: The model for ``direct``, ``rag``, ``iterative`` and ``llm`` (``searcher`` loads its own).
         max_new_tokens: Generation cap per turn (LLM agents).
         temperature: Sampling temperature (LLM agents; 0 is greedy).
@@ -42,56 +145,13 @@ def make_agent(
         The agent.
 
     Raises:
-        ValueError: For an unknown name, an LLM agent without a policy, or a ``module:Class`` that
-            cannot be loaded or does not make an agent.
+        ValueError: For an unknown name (:class:`~searchenv.errors.UnknownNameError`, naming the agents),
+            an LLM agent without a policy, or a ``module:Class`` that cannot be loaded or does not make an agent.
     """
-    from agents.baselines.scripted import HeuristicAgent, OracleAgent, RandomAgent
-
     if is_module_attr(name):
         return _load_agent(name, policy)
-    if name in ("oracle", "oracle-plan"):
-        return OracleAgent(plan=name == "oracle-plan")
-    if name == "heuristic":
-        return HeuristicAgent()
-    if name == "searcher":
-        from agents.baselines.searcher import load_searcher
-        from agents.devices import generation_dtype_for, resolve_device
-
-        where = resolve_device(device)
-        dtype = generation_dtype_for(generation_dtype, where)  # checked before the model loads
-        searcher = load_searcher(device=where)
-        searcher.generation_dtype = dtype
-        return LLMAgent(name, searcher, max_new_tokens=max_new_tokens, temperature=temperature)
-    if name == "random":
-        return RandomAgent(seed=seed)
-    if name not in LLM_AGENTS:
-        raise ValueError(f"unknown agent {name!r}; known: {', '.join(AGENT_NAMES)}")
-    if policy is None:
-        raise ValueError(f"agent {name!r} needs a policy (a language model)")
-    common: dict[str, Any] = {
-        "max_new_tokens": max_new_tokens,
-        "temperature": temperature,
-    }
-    if name == "direct":
-        return LLMAgent(name, policy, system_prompt=lambda p: DIRECT_PROMPT, answer_slot=True, max_turns=1, **common)
-    if name == "rag":
-        return LLMAgent(
-            name,
-            policy,
-            system_prompt=lambda p: RAG_PROMPT,
-            first_search=True,
-            answer_slot=True,
-            max_turns=2,
-            **common,
-        )
-    if name == "iterative":
-        return LLMAgent(
-            name,
-            policy,
-            system_prompt=lambda p: f"{p.system_prompt()}\n\nExample:\n{FEW_SHOT_EXAMPLE}",
-            **common,
-        )
-    return LLMAgent(name, policy, **common)
+    factory = _AGENTS[name]
+    return factory(AgentSettings(name, policy, max_new_tokens, temperature, seed, device, generation_dtype))
 
 
 def _load_agent(spec: str, policy: Policy | ChatPolicy | None) -> Agent:

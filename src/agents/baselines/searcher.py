@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from searchenv.errors import SearcherNotFoundError
 from searchenv.utils.moved import renamed_names
 
 #: Where the packaged adapters live.
@@ -45,10 +46,6 @@ _ADAPTER_KEY = re.compile(
     r"base_model\.model\.(?P<module>[A-Za-z0-9_.]+?)\.(?P<part>lora_A\.default\.weight|lora_B\.default\.weight"
     r"|lora_embedding_A\.default|lora_embedding_B\.default|modules_to_save\.default\.weight)"
 )
-
-
-class SearcherNotFoundError(FileNotFoundError):
-    """No trained searcher at the given path; the message says how to produce one."""
 
 
 def _publish(tmp: Path, out: Path, manifest: Mapping[str, Any]) -> None:

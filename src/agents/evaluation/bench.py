@@ -67,6 +67,7 @@ from agents.evaluation.bench_checks import check_decoys, judge_pool, judge_set
 from agents.evaluation.resume import generation_settings
 from agents.evaluation.summary import mean_or_none as _mean
 from searchenv.corpus import atomic_write_lines
+from searchenv.errors import BenchDataError
 from searchenv.utils.files import refuse_link
 
 CARD_VERSION = 1
@@ -164,10 +165,6 @@ PUBLISHED: dict[str, tuple[dict[str, Any], ...]] = {
     ),
     "browsecomp-plus": (),
 }
-
-
-class BenchDataError(FileNotFoundError):
-    """A file of a suite is missing (the message names it and where it comes from)."""
 
 
 def suite_files(suite: Suite, data: str | os.PathLike[str], *, corpus: str | os.PathLike[str] | None = None,

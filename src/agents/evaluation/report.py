@@ -38,6 +38,7 @@ from typing import Any
 
 from agents.evaluation.evaluate import COLUMNS, INFRA_COLUMN
 from agents.evaluation.report_page import PAGE
+from searchenv.errors import ReportError
 from searchenv.utils.files import publishable, refuse_link
 from searchenv.utils.jsonsafe import JSONInputError, iter_jsonl, loads
 
@@ -50,10 +51,6 @@ METRICS_NAME = "metrics.jsonl"
 CARD_NAME = "card.json"
 #: The folder of a training run that holds the episodes sampled at several steps (:func:`sample_dirs`).
 SAMPLES_NAME = "samples"
-
-
-class ReportError(ValueError):
-    """A run folder the page cannot be built from; the message names the file (line, field) and the reason."""
 
 
 def _read_results(run_dir: Path) -> list[dict[str, Any]]:

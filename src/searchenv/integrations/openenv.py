@@ -55,10 +55,10 @@ from openenv.core.env_server.mcp_types import (
 )
 from openenv.core.env_server.types import ConcurrencyConfig, EnvironmentMetadata, Observation, State
 from pydantic import Field
-from starlette.exceptions import HTTPException
 
 from searchenv.client_view import check_mode, client_info, client_reward
 from searchenv.env import SearchQAEnv
+from searchenv.errors import BadTaskRequest
 from searchenv.integrations.openenv_manifest import check_range, episode_reward_range, step_reward_range
 from searchenv.integrations.openenv_sessions import TRANSPORT, SessionServer
 from searchenv.make import check_evidence, resolve_task, shared_retriever
@@ -229,16 +229,6 @@ class SearchQAService:
         if not isinstance(split, str) or split not in self.splits:
             raise ValueError(f"no split {split!r}; the splits are {sorted(self.splits)}")
         return self.splits[split]
-
-
-class BadTaskRequest(HTTPException, ValueError):
-    """A task-API request naming no split or question of the server: 400 and the reason over HTTP, else a ValueError."""
-
-    def __init__(self, message: str) -> None:
-        HTTPException.__init__(self, status_code=400, detail=message)
-
-    def __str__(self) -> str:
-        return str(self.detail)
 
 
 def _task_spec(split: str, index: int, example: QAExample) -> dict[str, Any]:
@@ -632,8 +622,16 @@ def create_app(service: SearchQAService, *, max_sessions: int = 64, idle_timeout
         env_name=ENV_NAME, state_cls=SearchQAState, reset_observation_cls=SearchQAResetObservation,
         idle_timeout=float(idle_timeout))
     server.register_routes(app, mode="production")
+    app.add_exception_handler(BadTaskRequest, _bad_task_request)
     return _Guard(app, token=token, allowed_hosts=allowed_hosts, max_body_bytes=max_body_bytes,
                   idle_timeout=idle_timeout, ready=service.readiness)
+
+
+async def _bad_task_request(request: Any, exc: Exception) -> Any:
+    """A :class:`~searchenv.errors.BadTaskRequest` over HTTP: 400 and ``{"detail": the reason}``."""
+    from fastapi.responses import JSONResponse
+
+    return JSONResponse({"detail": str(exc)}, status_code=400)
 
 
 def uvicorn_config(app: Any, host: str = "127.0.0.1", port: int = 8000, *, max_message_bytes: int = 2 * 1024 * 1024,

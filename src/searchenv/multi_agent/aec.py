@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -18,9 +17,10 @@ from searchenv.multi_agent.roles import ROLES
 from searchenv.retrievers.base import Retriever, search_or_error
 from searchenv.rewards import Reward
 from searchenv.spaces import UnicodeText
-from searchenv.tasks.example import QAExample
+from searchenv.tasks.example import QAExample, choose_example
 
-_RESET_OPTIONS = ("example_id", "index", "example")
+#: The one reset option that is ignored: PettingZoo's ``api_test`` calls ``reset(options={"options": 1})``.
+_API_TEST_PROBE = "options"
 
 
 class TextObservation(str):
@@ -157,20 +157,21 @@ class MMOARAGEnv(AECEnv[str, str, str]):
 
         Args:
             seed: Seeds the choice of example (and the spaces' samplers).
-            options: ``example_id``, ``index`` or ``example`` (a :class:`QAExample`) choose the
-                question; other keys are ignored with a warning (PettingZoo's ``api_test`` passes one).
+            options: Choose the question as SearchQA-v0's do (:func:`~searchenv.tasks.example.choose_example`:
+                ``example_id``, ``index``, ``example`` or a custom ``question`` with ``answers``). Any other
+                key is refused, but for ``"options"``: PettingZoo's ``api_test`` passes ``{"options": 1}``
+                to check that ``reset`` takes the argument.
+
+        Raises:
+            ValueError: For an unknown option, naming it and the options.
         """
         if seed is not None:
             self._np_random = np.random.default_rng(seed)
             for i, agent in enumerate(self.possible_agents):
                 self.action_spaces[agent].seed(seed + i)
                 self.observation_spaces[agent].seed(seed + i)
-        options = dict(options or {})
-        unknown = sorted(set(options) - set(_RESET_OPTIONS))
-        if unknown:
-            warnings.warn(f"MMOARAGEnv.reset ignores unknown options {unknown}; known: {', '.join(_RESET_OPTIONS)}",
-                          stacklevel=2)
-        self.episode.reset(self._choose_example(options))
+        options = {k: v for k, v in (options or {}).items() if k != _API_TEST_PROBE}
+        self.episode.reset(choose_example(self.examples, options, self._np_random, by_id=self._by_id))
         if self.episode.pending_queries:
             self.episode.retrieve(search_or_error(self.retriever, self.episode.pending_queries, self.episode.top_k))
         self.agents = list(self.possible_agents)
@@ -180,22 +181,6 @@ class MMOARAGEnv(AECEnv[str, str, str]):
         self.truncations = dict.fromkeys(self.agents, False)
         self.infos = {a: self._info(a) for a in self.agents}
         self.agent_selection = self.agents[0]
-
-    def _choose_example(self, options: Mapping[str, Any]) -> QAExample:
-        if "example" in options:
-            if not isinstance(options["example"], QAExample):
-                raise TypeError(f"options['example'] must be a QAExample, got {type(options['example']).__name__}")
-            return options["example"]
-        if "example_id" in options:
-            if options["example_id"] not in self._by_id:
-                raise ValueError(f"no example with id {options['example_id']!r}")
-            return self.examples[self._by_id[options["example_id"]]]
-        if "index" in options:
-            i = options["index"]
-            if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(self.examples):
-                raise ValueError(f"options['index'] must be an int in [0, {len(self.examples)}), got {i!r}")
-            return self.examples[i]
-        return self.examples[int(self._np_random.integers(len(self.examples)))]
 
     def observe(self, agent: str) -> TextObservation:
         """The role's observation (see Observation spaces)."""

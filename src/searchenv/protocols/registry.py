@@ -12,11 +12,12 @@ from __future__ import annotations
 from searchenv.protocols.base import ActionProtocol
 from searchenv.protocols.tags import ArenaProtocol, BrowseProtocol, MultiQueryProtocol, SearchR1Protocol
 from searchenv.protocols.tools import ToolsBrowseProtocol, ToolsProtocol
+from searchenv.utils.registry import Registry
 
-_PROTOCOLS: dict[str, type[ActionProtocol]] = {
+_PROTOCOLS: Registry[type[ActionProtocol]] = Registry("protocol", {
     p.name: p for p in (SearchR1Protocol, MultiQueryProtocol, ArenaProtocol, BrowseProtocol, ToolsProtocol,
                         ToolsBrowseProtocol)
-}
+})
 # The features a protocol class declares: ActionProtocol's boolean class attributes.
 _FEATURES: tuple[str, ...] = tuple(sorted(k for k, v in vars(ActionProtocol).items() if isinstance(v, bool)))
 
@@ -29,7 +30,7 @@ def register_protocol(cls: type[ActionProtocol]) -> None:
     """
     if not cls.name:
         raise ValueError(f"{cls.__name__} needs a non-empty class attribute `name`")
-    _PROTOCOLS[cls.name] = cls
+    _PROTOCOLS.register(cls.name, cls)
 
 
 def protocol_names(**features: bool) -> list[str]:
@@ -54,7 +55,7 @@ def get_protocol(spec: str | ActionProtocol, **kwargs: int) -> ActionProtocol:
     """Return a protocol instance from a name (with options) or pass an instance through.
 
     Raises:
-        ValueError: For an unknown name.
+        ValueError: For an unknown name (:class:`~searchenv.errors.UnknownNameError`, naming the protocols).
     """
     if isinstance(spec, ActionProtocol):
         if kwargs:
@@ -62,6 +63,4 @@ def get_protocol(spec: str | ActionProtocol, **kwargs: int) -> ActionProtocol:
                 f"protocol options {sorted(kwargs)} given with a protocol instance; set them on it"
             )
         return spec
-    if spec not in _PROTOCOLS:
-        raise ValueError(f"unknown protocol {spec!r}; known: {', '.join(protocol_names())}")
     return _PROTOCOLS[spec](**kwargs)

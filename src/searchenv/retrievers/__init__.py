@@ -15,7 +15,7 @@ task's evidence is :mod:`searchenv.retrieval_quality`.
 
 from __future__ import annotations
 
-from searchenv.retrievers.base import CLOSED_BOOK, Hit, NoDocuments, Retriever, RetrieverError, check_k
+from searchenv.retrievers.base import CLOSED_BOOK, Hit, NoDocuments, Retriever, RetrieverError, check_k, check_queries
 from searchenv.retrievers.index.metadata import (
     META_FILE,
     IndexIntegrityError,
@@ -45,6 +45,7 @@ __all__ = [
     "cached_index_folder",
     "check_fresh",
     "check_k",
+    "check_queries",
     "damaged",
     "file_sha256",
     "index_kinds",

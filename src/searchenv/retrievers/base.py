@@ -13,13 +13,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from searchenv.errors import RetrieverError
 
-class RetrieverError(RuntimeError):
-    """A retriever could not answer (server down, timeout, malformed reply, missing index).
-
-    The environment turns this into an observation and sets ``info["infra_error"]``
-    so trainers can drop the trajectory instead of learning from an outage.
-    """
+__all__ = ["CLOSED_BOOK", "Hit", "NoDocuments", "Retriever", "RetrieverError", "check_k", "check_queries",
+           "search_or_error"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +94,25 @@ def check_k(k: int) -> int:
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be a positive integer, got {k!r}")
     return k
+
+
+def check_queries(queries: Sequence[str]) -> list[str]:
+    """Validate a batch of queries: every one a string (empty strings are queries too).
+
+    Args:
+        queries: The queries of one ``search_batch`` call.
+
+    Returns:
+        The queries as a new list.
+
+    Raises:
+        ValueError: If a query is not a string, naming its type.
+    """
+    queries = list(queries)
+    for query in queries:  # a loop, not next(..., None): a None query must be refused too
+        if not isinstance(query, str):
+            raise ValueError(f"queries must be strings, got {type(query).__name__}")
+    return queries
 
 
 def search_or_error(retriever: Retriever, queries: Sequence[str], k: int) -> list[list[Hit]] | Exception:

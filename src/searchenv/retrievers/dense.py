@@ -63,7 +63,7 @@ import numpy as np
 
 from searchenv.corpus import Document
 from searchenv.encoders import EncoderLike, load_encoder, resolve_encoder
-from searchenv.retrievers.base import Hit, RetrieverError, check_k
+from searchenv.retrievers.base import Hit, RetrieverError, check_k, check_queries
 from searchenv.retrievers.faiss_index import (
     _ENCODE_PREFIX,
     _RESCORE_BLOCK,
@@ -76,9 +76,8 @@ from searchenv.retrievers.faiss_index import (
     INDEX_TYPES,
     KEEP_VECTORS,
     VECTORS_FILE,
+    FaissOptions,
     _as_unit_rows,
-    _check_index_type,
-    _check_keep_vectors,
     _check_optional_positive,
     _check_positive,
     _check_rerank,
@@ -109,6 +108,7 @@ __all__ = [
     "BLAS_THRESHOLD",
     "DenseRetriever",
     "FACTORY_PREFIX",
+    "FaissOptions",
     "INDEX_FILE",
     "INDEX_PRESETS",
     "INDEX_TYPES",
@@ -217,21 +217,12 @@ class DenseRetriever:
         source_sha256: str = "",
         source_path: str = "",
         encoder: EncoderLike | str | os.PathLike[str] | None = None,
-        index_type: str = "flat",
+        options: FaissOptions | None = None,
         batch_size: int = 64,
-        hnsw_m: int = 32,
-        ef_construction: int = 200,
-        ef_search: int = 128,
-        nlist: int | None = None,
-        nprobe: int = 32,
-        pq_m: int | None = None,
-        train_size: int | None = None,
-        train_seed: int = 0,
-        keep_vectors: str = "none",
-        rerank: int = 0,
         chunk_size: int = 4096,
         device: str = "cpu",
         show_progress: bool = True,
+        **option_fields: Any,
     ) -> DenseRetriever:
         """Embed ``documents``, index them and swap the new index into ``folder`` atomically.
 
@@ -247,73 +238,62 @@ class DenseRetriever:
             source_sha256: Hash of the corpus file, stored for cache checks.
             source_path: The corpus file, named in rebuild hints.
             encoder: Encoder object, name or local folder; ``None`` is the packaged all-MiniLM-L6-v2.
-            index_type: A name of :data:`INDEX_PRESETS` or ``factory:<FAISS factory string>``.
+            options: The FAISS options (:class:`FaissOptions`: index type, HNSW, inverted-file and PQ
+                sizes, training sample, kept vectors, re-ranking); default every default.
             batch_size: Documents per encoder forward pass.
-            hnsw_m: HNSW links per node.
-            ef_construction: HNSW candidate-list size while building.
-            ef_search: HNSW candidate-list size at query time (stored; changeable on load).
-            nlist: Inverted-file cells (default about ``4 * sqrt(num_docs)``).
-            nprobe: Cells scanned per query (stored; changeable on load).
-            pq_m: PQ bytes per vector for ``ivf-pq`` (default ``dim // 4``).
-            train_size: Vectors the quantiser is trained on (see :func:`index_plan`).
-            train_seed: Seed of the training sample.
-            keep_vectors: ``float32`` or ``float16`` writes every vector to ``vectors.npy``
-                for exact re-ranking; ``none`` does not.
-            rerank: Candidates rescored exactly at query time (stored; changeable on load).
             chunk_size: Documents read and embedded per step (and per resumable chunk).
             device: Torch device when the encoder is loaded by name.
             show_progress: Show a progress bar (tqdm) while embedding.
+            **option_fields: Fields of :class:`FaissOptions` by keyword (``index_type="hnsw"``,
+                ``keep_vectors="float16"``), replacing those of ``options``.
 
         Returns:
             The retriever over the saved index.
 
         Raises:
             ValueError: On an empty corpus or an invalid option.
+            TypeError: For a keyword that is not a build argument or a field of :class:`FaissOptions`.
         """
         import faiss
 
-        _check_index_type(index_type)
-        _check_keep_vectors(keep_vectors)
-        for name, value in (("batch_size", batch_size), ("hnsw_m", hnsw_m), ("ef_construction", ef_construction),
-                            ("ef_search", ef_search), ("nprobe", nprobe), ("chunk_size", chunk_size)):
+        opts = FaissOptions.of(options, **option_fields)
+        for name, value in (("batch_size", batch_size), ("chunk_size", chunk_size)):
             _check_positive(name, value)
-        _check_rerank(rerank)
-        for name, option in (("nlist", nlist), ("pq_m", pq_m), ("train_size", train_size)):
-            _check_optional_positive(name, option)
         enc = load_encoder(encoder, device=device) if encoder is None or isinstance(
             encoder, (str, os.PathLike)) else encoder
         root = Path(folder)
         dim = int(enc.dim)
-        if pq_m is not None and dim % pq_m:
-            raise ValueError(f"pq_m must divide the dimension {dim}, got {pq_m}")
+        if opts.pq_m is not None and dim % opts.pq_m:
+            raise ValueError(f"pq_m must divide the dimension {dim}, got {opts.pq_m}")
 
         def write(data: Path) -> dict[str, Any]:
             n, fingerprint = DocStore.write(data, documents)
             if n == 0:
                 raise ValueError("cannot build a dense index over an empty corpus")
-            plan = index_plan(index_type, dim, n, hnsw_m=hnsw_m, nlist=nlist, pq_m=pq_m, train_size=train_size)
+            plan = index_plan(opts, dim, n)
             key = hashlib.sha256(json.dumps([fingerprint, enc.name, dim, chunk_size]).encode()).hexdigest()[:16]
             chunks = _encode_chunks(DocStore(data), enc, root / f"{_ENCODE_PREFIX}{key}", chunk_size=chunk_size,
                                     batch_size=batch_size, show_progress=show_progress)
-            index = _new_index(index_type, dim, plan, ef_construction)
-            _train(index, lambda: _chunk_sample(chunks, _sample_rows(n, plan.get("train_size", n), train_seed)))
+            index = _new_index(opts.index_type, dim, plan, opts.ef_construction)
+            _train(index, lambda: _chunk_sample(chunks, _sample_rows(n, plan.get("train_size", n), opts.train_seed)))
             for vectors in _iter_chunks(chunks):
                 index.add(vectors)
             faiss.write_index(index, str(data / INDEX_FILE))
-            if keep_vectors != "none":
-                kept = np.lib.format.open_memmap(data / VECTORS_FILE, mode="w+", dtype=keep_vectors, shape=(n, dim))
+            if opts.keep_vectors != "none":
+                kept = np.lib.format.open_memmap(data / VECTORS_FILE, mode="w+", dtype=opts.keep_vectors,
+                                                 shape=(n, dim))
                 start = 0
                 for vectors in _iter_chunks(chunks):
                     kept[start : start + len(vectors)] = vectors
                     start += len(vectors)
                 kept.flush()
                 del kept
-            params = {"hnsw_m": hnsw_m, "ef_construction": ef_construction, "ef_search": ef_search,
-                      "nprobe": nprobe, "rerank": rerank, "keep_vectors": keep_vectors, "train_seed": train_seed,
-                      "chunk_size": chunk_size, **plan}
+            params = {"hnsw_m": opts.hnsw_m, "ef_construction": opts.ef_construction, "ef_search": opts.ef_search,
+                      "nprobe": opts.nprobe, "rerank": opts.rerank, "keep_vectors": opts.keep_vectors,
+                      "train_seed": opts.train_seed, "chunk_size": chunk_size, **plan}
             return {
                 "kind": cls.kind, "fingerprint": fingerprint, "num_docs": n, "source_sha256": source_sha256,
-                "source_path": source_path, "encoder": enc.name, "dim": dim, "index_type": index_type,
+                "source_path": source_path, "encoder": enc.name, "dim": dim, "index_type": opts.index_type,
                 "params": params,
             }
 
@@ -331,56 +311,41 @@ class DenseRetriever:
         vectors: np.ndarray,
         documents: Sequence[Document] | None = None,
         *,
-        index_type: str = "flat",
         normalize: bool = True,
         encoder: EncoderLike | str | os.PathLike[str] | None = None,
-        hnsw_m: int = 32,
-        ef_construction: int = 200,
-        ef_search: int = 128,
-        nlist: int | None = None,
-        nprobe: int = 32,
-        pq_m: int | None = None,
-        train_size: int | None = None,
-        train_seed: int = 0,
-        keep_vectors: str = "none",
-        rerank: int = 0,
+        options: FaissOptions | None = None,
+        **option_fields: Any,
     ) -> DenseRetriever:
         """An in-memory retriever over precomputed vectors (tests, benchmarks, custom encoders).
 
         Args:
             vectors: ``(num_docs, dim)`` floating-point embeddings.
             documents: Row-aligned documents; default ``Document(str(row), "", "")``.
-            index_type: A name of :data:`INDEX_PRESETS` or ``factory:<FAISS factory string>``.
             normalize: L2-normalise the rows (inner product is then cosine similarity).
             encoder: Encoder for text queries (optional).
-            hnsw_m: HNSW links per node.
-            ef_construction: HNSW build-time candidate-list size.
-            ef_search: HNSW query-time candidate-list size.
-            nlist: Inverted-file cells.
-            nprobe: Cells scanned per query.
-            pq_m: PQ bytes per vector.
-            train_size: Vectors the quantiser is trained on.
-            train_seed: Seed of the training sample.
-            keep_vectors: ``float32`` or ``float16`` keeps a copy of the vectors (in memory) for
-                exact re-ranking of a compressed index; ``none`` does not.
-            rerank: Candidates rescored exactly.
+            options: The FAISS options (:class:`FaissOptions`); ``keep_vectors`` keeps a copy of the
+                vectors in memory for exact re-ranking of a compressed index.
+            **option_fields: Fields of :class:`FaissOptions` by keyword, replacing those of ``options``.
 
         Returns:
             The retriever (not saved anywhere).
+
+        Raises:
+            ValueError: For an invalid option or vectors that are not a finite 2-D float array.
+            TypeError: For a keyword that is not an argument or a field of :class:`FaissOptions`.
         """
-        _check_keep_vectors(keep_vectors)
+        opts = FaissOptions.of(options, **option_fields)
         arr = _as_unit_rows(vectors, None, normalize=normalize)
         docs = list(documents) if documents is not None else [Document(str(i), "", "") for i in range(len(arr))]
         if len(docs) != len(arr):
             raise ValueError(f"{len(arr)} vectors but {len(docs)} documents")
-        plan = index_plan(index_type, arr.shape[1], len(arr), hnsw_m=hnsw_m, nlist=nlist, pq_m=pq_m,
-                          train_size=train_size)
-        index = _new_index(index_type, arr.shape[1], plan, _check_positive("ef_construction", ef_construction))
-        _train(index, lambda: arr[_sample_rows(len(arr), plan.get("train_size", len(arr)), train_seed)])
+        plan = index_plan(opts, arr.shape[1], len(arr))
+        index = _new_index(opts.index_type, arr.shape[1], plan, opts.ef_construction)
+        _train(index, lambda: arr[_sample_rows(len(arr), plan.get("train_size", len(arr)), opts.train_seed)])
         index.add(arr)
-        kept = None if keep_vectors == "none" else arr.astype(keep_vectors)
-        return cls(index, docs, encoder=encoder, ef_search=ef_search, nprobe=nprobe, rerank=rerank,
-                   rerank_vectors=kept, index_type=index_type)
+        kept = None if opts.keep_vectors == "none" else arr.astype(opts.keep_vectors)
+        return cls(index, docs, encoder=encoder, ef_search=opts.ef_search, nprobe=opts.nprobe, rerank=opts.rerank,
+                   rerank_vectors=kept, index_type=opts.index_type)
 
     @classmethod
     def load(
@@ -575,10 +540,7 @@ class DenseRetriever:
         All queries are embedded in batches of ``query_batch_size`` and searched in one FAISS call.
         """
         check_k(k)
-        queries = list(queries)
-        bad = next((q for q in queries if not isinstance(q, str)), None)
-        if bad is not None:
-            raise ValueError(f"queries must be strings, got {type(bad).__name__}")
+        queries = check_queries(queries)
         if not queries:
             return []
         encoder = self.encoder

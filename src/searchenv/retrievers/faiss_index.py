@@ -1,4 +1,8 @@
-"""FAISS for the dense retriever: index types and plans, BLAS settings, and the resumable encoding of a build."""
+"""FAISS for the dense retriever: its options, index types and plans, BLAS settings, and resumable encoding.
+
+:class:`FaissOptions` holds every FAISS option of a dense index, checked once; the resumable
+encoding writes a build's vectors chunk by chunk.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ import math
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +112,76 @@ def _check_keep_vectors(keep_vectors: str) -> str:
     return keep_vectors
 
 
+@dataclass(frozen=True)
+class FaissOptions:
+    """How a dense index is built and searched: every FAISS option, checked when made.
+
+    ``DenseRetriever.build``, ``DenseRetriever.from_vectors`` and :func:`index_plan` take one as
+    ``options=`` or its fields as keywords (``index_type="ivf-pq", nprobe=8``); :meth:`of` joins the two.
+
+    Attributes:
+        index_type: A name of :data:`INDEX_PRESETS` or ``factory:<FAISS factory string>``.
+        hnsw_m: HNSW links per node.
+        ef_construction: HNSW candidate-list size while building.
+        ef_search: HNSW candidate-list size at query time (stored with the index; changeable on load).
+        nlist: Inverted-file cells (default :func:`default_nlist`).
+        nprobe: Inverted-file cells scanned per query (stored; changeable on load).
+        pq_m: PQ bytes per vector for ``ivf-pq`` (default ``dim // 4``); must divide the dimension.
+        train_size: Vectors the quantiser is trained on (see :func:`index_plan`).
+        train_seed: Seed of the training sample.
+        keep_vectors: ``float32`` or ``float16`` keeps every vector (``vectors.npy``, or in memory)
+            for exact re-ranking of a compressed index; ``none`` does not.
+        rerank: Candidates rescored exactly at query time (stored; changeable on load).
+
+    Raises:
+        ValueError: For an unknown index type or keep_vectors value, or a count that is not a positive
+            integer (``rerank`` and ``train_seed``: non-negative).
+    """
+
+    index_type: str = "flat"
+    hnsw_m: int = 32
+    ef_construction: int = 200
+    ef_search: int = 128
+    nlist: int | None = None
+    nprobe: int = 32
+    pq_m: int | None = None
+    train_size: int | None = None
+    train_seed: int = 0
+    keep_vectors: str = "none"
+    rerank: int = 0
+
+    def __post_init__(self) -> None:
+        _check_index_type(self.index_type)
+        for name in ("hnsw_m", "ef_construction", "ef_search", "nprobe"):
+            _check_positive(name, getattr(self, name))
+        for name in ("nlist", "pq_m", "train_size"):
+            _check_optional_positive(name, getattr(self, name))
+        _check_rerank(self.rerank)
+        if isinstance(self.train_seed, bool) or not isinstance(self.train_seed, int) or self.train_seed < 0:
+            raise ValueError(f"train_seed must be a non-negative integer, got {self.train_seed!r}")
+        _check_keep_vectors(self.keep_vectors)
+
+    @classmethod
+    def of(cls, options: FaissOptions | None = None, **fields_given: Any) -> FaissOptions:
+        """``options`` (default: every default) with the fields named by keyword replaced.
+
+        Raises:
+            TypeError: For a keyword that is no field, naming it and the fields.
+            ValueError: For a value the fields refuse.
+        """
+        unknown = sorted(set(fields_given) - set(OPTION_NAMES))
+        if unknown:
+            raise TypeError(f"unknown FAISS option(s) {unknown}; the options are {', '.join(OPTION_NAMES)}")
+        base = options if options is not None else cls()
+        if not isinstance(base, FaissOptions):
+            raise TypeError(f"options must be FaissOptions, got {type(base).__name__}")
+        return replace(base, **fields_given) if fields_given else base
+
+
+#: The fields of :class:`FaissOptions`, in order.
+OPTION_NAMES: tuple[str, ...] = tuple(f.name for f in fields(FaissOptions))
+
+
 def default_nlist(num_docs: int) -> int:
     """Inverted-file cells for ``num_docs`` vectors.
 
@@ -117,26 +192,21 @@ def default_nlist(num_docs: int) -> int:
 
 
 def index_plan(
-    index_type: str,
+    index_type: str | FaissOptions,
     dim: int,
     num_docs: int,
-    *,
-    hnsw_m: int = 32,
-    nlist: int | None = None,
-    pq_m: int | None = None,
-    train_size: int | None = None,
+    **option_fields: Any,
 ) -> dict[str, Any]:
     """Resolve an index type into the FAISS factory string and the parameters it was built with.
 
     Args:
-        index_type: A name of :data:`INDEX_PRESETS` or ``factory:<FAISS factory string>``.
+        index_type: A name of :data:`INDEX_PRESETS`, ``factory:<FAISS factory string>``, or the
+            whole :class:`FaissOptions`.
         dim: Vector dimension.
         num_docs: Documents to index.
-        hnsw_m: HNSW links per node.
-        nlist: Inverted-file cells (default :func:`default_nlist`).
-        pq_m: PQ bytes per vector; must divide ``dim`` (default ``dim // 4``).
-        train_size: Vectors the quantiser is trained on (default ``max(64 * nlist, 65536)``,
-            at most ``num_docs``).
+        **option_fields: Fields of :class:`FaissOptions` by keyword; those that shape the plan are
+            ``hnsw_m``, ``nlist`` (default :func:`default_nlist`), ``pq_m`` (must divide ``dim``;
+            default ``dim // 4``) and ``train_size`` (default ``max(64 * nlist, 65536)``, at most ``num_docs``).
 
     Returns:
         ``{"factory": ..., "nlist": ..., "pq_m": ..., "pq_bits": ..., "train_size": ...}``
@@ -145,22 +215,22 @@ def index_plan(
     Raises:
         ValueError: On an unknown type or parameters that do not fit the dimension.
     """
-    _check_index_type(index_type)
-    _check_positive("hnsw_m", hnsw_m)
-    _check_optional_positive("nlist", nlist)
-    _check_optional_positive("pq_m", pq_m)
-    _check_optional_positive("train_size", train_size)
-    if index_type.startswith(FACTORY_PREFIX):
-        factory = index_type[len(FACTORY_PREFIX):].strip()
+    if isinstance(index_type, FaissOptions):
+        opts = FaissOptions.of(index_type, **option_fields)
+    else:
+        opts = FaissOptions.of(index_type=index_type, **option_fields)
+    nlist, pq_m, train_size = opts.nlist, opts.pq_m, opts.train_size
+    if opts.index_type.startswith(FACTORY_PREFIX):
+        factory = opts.index_type[len(FACTORY_PREFIX):].strip()
         return {"factory": factory, "train_size": min(num_docs, train_size or 65536)}
-    template = INDEX_PRESETS[index_type]
+    template = INDEX_PRESETS[opts.index_type]
     plan: dict[str, Any] = {}
     if "{nlist}" in template:
         plan["nlist"] = nlist if nlist is not None else default_nlist(num_docs)
         if plan["nlist"] > num_docs:
             raise ValueError(f"nlist {plan['nlist']} is larger than the {num_docs} documents")
     if "{hnsw_m}" in template:
-        plan["hnsw_m"] = hnsw_m
+        plan["hnsw_m"] = opts.hnsw_m
     if template not in ("Flat", "HNSW{hnsw_m},Flat"):
         plan["train_size"] = min(num_docs, train_size or max(64 * plan.get("nlist", 1), 65536))
     if "{pq_m}" in template:

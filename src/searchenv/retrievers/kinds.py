@@ -28,25 +28,30 @@ from searchenv.retrievers.index.metadata import (
     read_shards,
 )
 from searchenv.utils.moved import renamed_names
+from searchenv.utils.registry import Registry
 
 # kind -> "module:Class"; the class has build(documents, folder, *, source_sha256, source_path, **opts),
 # which writes through index_meta.publish_index, and load(folder, *, mmap, verify).
-_KINDS: dict[str, str] = {
+_KINDS: Registry[str] = Registry("retriever", {
     "bm25": "searchenv.retrievers.bm25:BM25Retriever",
     "dense": "searchenv.retrievers.dense:DenseRetriever",
-}
+})
 # The class of a sharded folder: opened, never built by name (build_index(kind, ..., shards=N) writes one).
 _SHARDED = "searchenv.retrievers.sharded:ShardedRetriever"
 
 
 def register_index_kind(kind: str, target: str) -> None:
-    """Register an index kind as ``"module:Class"`` (a class with ``build`` and ``load``)."""
-    _KINDS[kind] = target
+    """Register an index kind as ``"module:Class"`` (a class with ``build`` and ``load``).
+
+    Raises:
+        ValueError: If ``kind`` is not a non-empty string.
+    """
+    _KINDS.register(kind, target)
 
 
 def index_kinds() -> list[str]:
     """Names accepted by :func:`build_index`."""
-    return sorted(_KINDS)
+    return _KINDS.names()
 
 
 def names_kind(spec: object) -> bool:
@@ -64,9 +69,7 @@ def _class(target: str) -> Any:
 
 
 def _index_class(kind: str) -> Any:
-    if kind not in _KINDS:
-        raise ValueError(f"unknown retriever {kind!r}; known: {', '.join(index_kinds())}")
-    return _class(_KINDS[kind])
+    return _class(_KINDS[kind])  # an unknown kind: UnknownNameError (a ValueError) naming the kinds
 
 
 def open_index(

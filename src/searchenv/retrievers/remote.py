@@ -47,7 +47,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from searchenv.corpus import split_contents
-from searchenv.retrievers.base import Hit, RetrieverError, check_k
+from searchenv.retrievers.base import Hit, RetrieverError, check_k, check_queries
 from searchenv.utils.httpclient import DEFAULT_MAX_RESPONSE_BYTES, JSONClient, check_call_options, check_token
 
 __all__ = [
@@ -257,10 +257,7 @@ class RemoteRetriever:
     def search_batch(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
         """Search all queries on the server (see :class:`~searchenv.retrievers.base.Retriever`)."""
         check_k(k)
-        queries = list(queries)
-        bad = next((q for q in queries if not isinstance(q, str)), None)
-        if bad is not None:
-            raise ValueError(f"queries must be strings, got {type(bad).__name__}")
+        queries = check_queries(queries)
         if not queries:
             return []
         deadline = time.monotonic() + self.timeout

@@ -33,7 +33,15 @@ Guards against reward hacking, applied by every outcome computation here:
 from __future__ import annotations
 
 from searchenv.rewards.context import Reward, RewardResult, ScoredReward, StepContext, score_step
-from searchenv.rewards.presets import PRESETS, WeightedReward, custom, get_reward, preset, preset_names
+from searchenv.rewards.presets import (
+    PRESETS,
+    WeightedReward,
+    custom,
+    get_reward,
+    preset,
+    preset_names,
+    register_preset,
+)
 from searchenv.rewards.published import ArenaReward, R3RAGReward, ReSearchReward, SearchR1FormatReward
 from searchenv.rewards.terms import (
     OUTCOME_METRICS,
@@ -47,6 +55,7 @@ from searchenv.rewards.terms import (
     evidence_recall,
     format_score,
     outcome_score,
+    register_term,
     relevance_score,
     search_r1_turn_valid,
     shaping_score,
@@ -78,6 +87,8 @@ __all__ = [
     "outcome_score",
     "preset",
     "preset_names",
+    "register_preset",
+    "register_term",
     "relevance_score",
     "score_step",
     "search_r1_turn_valid",

@@ -12,6 +12,7 @@ from searchenv.rewards.published import ArenaReward, R3RAGReward, ReSearchReward
 from searchenv.rewards.terms import (
     TERMS,
 )
+from searchenv.utils.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -111,7 +112,9 @@ def _r3_rag_normalized(**options: Any) -> Reward:
     return R3RAGReward(normalize=True, **options)
 
 
-PRESETS: dict[str, Callable[..., Reward]] = {
+#: The named rewards of ``reward="name"``, each a class or factory taking the preset's options;
+#: :func:`register_preset` adds one.
+PRESETS: Registry[Callable[..., Reward]] = Registry("reward preset", {
     # EM at the answering step, -0.1 per malformed turn.
     "default": _default,
     # Search-R1 (Jin et al., 2025): exact match of the final answer, nothing else.
@@ -132,12 +135,22 @@ PRESETS: dict[str, Callable[..., Reward]] = {
     "shaped": _shaped,
     # ARENA (Ren et al., 2025): format + EM + citation F1 + a bonus when all hold (protocol="arena").
     "arena": ArenaReward,
-}
+}, callables=True)
+
+
+def register_preset(name: str, factory: Callable[..., Reward]) -> None:
+    """Make a reward selectable as ``reward="name"``: ``factory(**options)`` builds it.
+
+    Raises:
+        TypeError: If ``factory`` is not callable.
+        ValueError: If ``name`` is not a non-empty string.
+    """
+    PRESETS.register(name, factory)
 
 
 def preset_names() -> list[str]:
     """Names accepted by ``reward="name"``."""
-    return sorted(PRESETS)
+    return PRESETS.names()
 
 
 def preset(name: str, **options: Any) -> Reward:
@@ -154,9 +167,7 @@ def preset(name: str, **options: Any) -> Reward:
         ValueError: For an unknown name.
         TypeError: For an option the preset does not take.
     """
-    if name not in PRESETS:
-        raise ValueError(f"unknown reward preset {name!r}; known: {', '.join(preset_names())}")
-    return PRESETS[name](**options)
+    return PRESETS[name](**options)  # an unknown name: UnknownNameError (a ValueError) naming the presets
 
 
 def get_reward(spec: str | Reward | Mapping[str, float | Mapping[str, Any]]) -> Reward:

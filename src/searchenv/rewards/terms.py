@@ -22,6 +22,7 @@ from searchenv.metrics import (
 from searchenv.protocols.base import ALL_TAGS
 from searchenv.rewards.context import StepContext
 from searchenv.tasks.example import QAExample
+from searchenv.utils.registry import Registry
 
 # "A or B", "A; B", "A / B", "A | B", "A and/or B": several candidates in one answer.
 _MULTI_CANDIDATE = re.compile(r"\bor\b|;|/|\|", re.IGNORECASE)
@@ -331,21 +332,41 @@ def shaping_bounds(max_queries: int, gamma: float = 1.0, **params: Any) -> tuple
     return min(-1.0, gamma - 1.0, 0.0), max(gamma, 0.0)
 
 
-TERMS: dict[str, Callable[..., float]] = {
+#: The terms by name (``reward={"outcome": 1, "cost": 0.05}``); :func:`register_term` adds one.
+TERMS: Registry[Callable[..., float]] = Registry("reward term", {
     "outcome": outcome_score,
     "format": format_score,
     "cost": cost_score,
     "relevance": relevance_score,
     "shaping": shaping_score,
-}
+}, callables=True)
 
 #: Each term's bounds on one step, before its weight: ``bounds(max_queries, **params) -> (low, high)``
 #: (the term's own keyword parameters; ``max_queries`` is the protocol's most queries a turn). A new
-#: term declares its bounds here beside its function; servers declare their reward range from them.
-TERM_BOUNDS: dict[str, Callable[..., tuple[float, float]]] = {
+#: term declares its bounds beside its function; servers declare their reward range from them.
+TERM_BOUNDS: Registry[Callable[..., tuple[float, float]]] = Registry("reward term's bounds", {
     "outcome": outcome_bounds,
     "format": format_bounds,
     "cost": cost_bounds,
     "relevance": relevance_bounds,
     "shaping": shaping_bounds,
-}
+}, callables=True)
+
+
+def register_term(name: str, score: Callable[..., float], bounds: Callable[..., tuple[float, float]]) -> None:
+    """Make a term selectable by name in weighted rewards, with its bounds on one step.
+
+    Args:
+        name: The term's name (a key of ``reward={...}``).
+        score: ``score(ctx, **params) -> float``, a pure function of the step.
+        bounds: ``bounds(max_queries, **params) -> (low, high)``: the least and greatest ``score``.
+
+    Raises:
+        TypeError: If ``score`` or ``bounds`` is not callable.
+        ValueError: If ``name`` is not a non-empty string.
+    """
+    for what, fn in (("score", score), ("bounds", bounds)):
+        if not callable(fn):
+            raise TypeError(f"a reward term's {what} must be callable, got {fn!r:.60}")
+    TERMS.register(name, score)
+    TERM_BOUNDS.register(name, bounds)

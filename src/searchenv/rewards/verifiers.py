@@ -40,6 +40,7 @@ import numpy as np
 
 from searchenv.metrics import answer_in_text
 from searchenv.retrievers.base import Hit
+from searchenv.utils.registry import Registry
 
 if TYPE_CHECKING:
     from searchenv.encoders import EncoderLike
@@ -312,34 +313,34 @@ class JudgeVerifier:
         return _aggregate(self.doc_scores(ctx), self.aggregate)
 
 
-_VERIFIERS: dict[str, Verifier] = {"gold-evidence": gold_evidence, "answer-in-doc": answer_in_doc}
-_FACTORIES: dict[str, Callable[[], Verifier]] = {"embedding": EmbeddingVerifier}
-_FACTORY_LOCK = threading.Lock()
+def _embedding() -> dict[str, Verifier]:
+    """``embedding``: one :class:`EmbeddingVerifier` per process (its cache shared), made on first use."""
+    return {"embedding": EmbeddingVerifier()}
+
+
+_VERIFIERS: Registry[Verifier] = Registry(
+    "relevance verifier", {"gold-evidence": gold_evidence, "answer-in-doc": answer_in_doc}, load=_embedding,
+    callables=True)
 
 
 def register_verifier(name: str, fn: Verifier) -> None:
-    """Make a verifier selectable by name."""
-    if not callable(fn):
-        raise TypeError(f"a verifier must be callable ctx -> float, got {fn!r}")
-    _VERIFIERS[name] = fn
+    """Make a verifier selectable by name.
+
+    Raises:
+        TypeError: If ``fn`` is not callable.
+    """
+    _VERIFIERS.register(name, fn)
 
 
 def verifier_names() -> list[str]:
     """Names accepted by :func:`get_verifier`."""
-    return sorted(set(_VERIFIERS) | set(_FACTORIES))
+    return _VERIFIERS.names()
 
 
 def get_verifier(name: str) -> Verifier:
-    """Look up a verifier by name (``embedding`` is built once per process on first use).
+    """Look up a verifier by name (``embedding`` is one instance per process, made on first use).
 
     Raises:
-        ValueError: For an unknown name.
+        ValueError: For an unknown name (:class:`~searchenv.errors.UnknownNameError`, naming the verifiers).
     """
-    if name in _VERIFIERS:
-        return _VERIFIERS[name]
-    if name in _FACTORIES:
-        with _FACTORY_LOCK:
-            if name not in _VERIFIERS:
-                _VERIFIERS[name] = _FACTORIES[name]()
-        return _VERIFIERS[name]
-    raise ValueError(f"unknown relevance verifier {name!r}; known: {', '.join(verifier_names())}")
+    return _VERIFIERS[name]

@@ -1,16 +1,21 @@
 """The data types of tasks: :class:`QAExample` (a question, its answers, evidence and decomposition) and :class:`Task`.
 
-:class:`TaskSpec` is what the registry (:mod:`searchenv.tasks.registry`) holds for a named task.
+:class:`TaskSpec` is what the registry (:mod:`searchenv.tasks.registry`) holds for a named task;
+:func:`choose_example` is how every environment's ``reset(options=...)`` picks an episode's example.
 """
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from searchenv.corpus import CorpusFormatError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 SPLITS = ("train", "dev", "test")
 
@@ -253,3 +258,69 @@ class TaskSpec:
     build: Callable[[Path], Task]
     description: str = ""
     info: Mapping[str, Any] = field(default_factory=dict)
+
+
+#: The keys of ``reset(options=...)``, in the order they choose: an example object, a custom
+#: question (with its ``answers`` and optional ``evidence_ids`` and ``id``), an example id, an index.
+RESET_OPTIONS = ("example", "question", "answers", "evidence_ids", "id", "example_id", "index")
+_CUSTOM_FIELDS = ("answers", "evidence_ids", "id")
+
+
+def choose_example(
+    examples: Sequence[QAExample],
+    options: Mapping[str, Any] | None,
+    rng: np.random.Generator,
+    *,
+    by_id: Mapping[str, int] | None = None,
+) -> QAExample:
+    """The example an episode asks about, as ``reset(options=...)`` names it (every environment's reset).
+
+    Args:
+        examples: The environment's examples.
+        options: ``{"example": QAExample}``, a custom ``{"question": str, "answers": [str, ...]}``
+            (optionally ``evidence_ids``: a list of document ids or one id alone, and ``id``),
+            ``{"example_id": id}``, ``{"index": i}`` (an int or a NumPy integer), or nothing: a random example.
+        rng: Draws the random example (the environment's own generator).
+        by_id: Example id -> index in ``examples``, when the caller keeps one (else it is built here).
+
+    Returns:
+        The example.
+
+    Raises:
+        ValueError: For an option not in :data:`RESET_OPTIONS` (naming it and the options), ``answers``,
+            ``evidence_ids`` or ``id`` without ``question``, a custom question without answers, an unknown
+            ``example_id``, or an ``index`` that is not an integer in range.
+        TypeError: If ``options["example"]`` is not a :class:`QAExample`.
+    """
+    options = {} if options is None else options
+    unknown = sorted(set(options) - set(RESET_OPTIONS), key=str)
+    if unknown:
+        raise ValueError(f"unknown reset option(s) {unknown}; the options are {', '.join(RESET_OPTIONS)}")
+    if "example" in options:
+        if not isinstance(options["example"], QAExample):
+            raise TypeError(f"options['example'] must be a QAExample, got {type(options['example']).__name__}")
+        return options["example"]
+    if "question" in options:
+        answers = options.get("answers")
+        if isinstance(answers, str):
+            answers = [answers]
+        if not answers:
+            raise ValueError("a custom question needs options['answers'] (a non-empty list of strings)")
+        evidence = options.get("evidence_ids", ())
+        if isinstance(evidence, str):  # one id alone, as in QA files
+            evidence = [evidence]
+        return QAExample(str(options.get("id", "custom")), str(options["question"]), tuple(answers), tuple(evidence))
+    stray = [key for key in _CUSTOM_FIELDS if key in options]
+    if stray:
+        raise ValueError(f"reset option(s) {stray} describe a custom question and need options['question']")
+    if "example_id" in options:
+        ids = by_id if by_id is not None else {ex.id: i for i, ex in enumerate(examples)}
+        if options["example_id"] not in ids:
+            raise ValueError(f"no example with id {options['example_id']!r}")
+        return examples[ids[options["example_id"]]]
+    if "index" in options:
+        i = options["index"]
+        if isinstance(i, bool) or not isinstance(i, numbers.Integral) or not 0 <= int(i) < len(examples):
+            raise ValueError(f"options['index'] must be an int in [0, {len(examples)}), got {i!r}")
+        return examples[int(i)]
+    return examples[int(rng.integers(len(examples)))]

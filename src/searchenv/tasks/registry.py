@@ -1,7 +1,7 @@
 """Named tasks: :func:`register_task`, :func:`load_task` and the cache folder they are built in.
 
-The built-in tasks (the generated world's, :mod:`searchenv.tasks.synthetic`) are registered on
-first use; a later registration of a name replaces an earlier one.
+The built-in tasks (the generated world's, :mod:`searchenv.tasks.synthetic`) are loaded on
+first use; a later registration of a name replaces an earlier one (a built-in one too).
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 from searchenv.tasks.example import Task, TaskSpec
+from searchenv.utils.registry import Registry
 
 
 def cache_dir() -> Path:
@@ -18,18 +19,24 @@ def cache_dir() -> Path:
     return Path(root) if root else Path.home() / ".cache" / "searchenv"
 
 
-_REGISTRY: dict[str, TaskSpec] = {}
+def _builtin_tasks() -> dict[str, TaskSpec]:
+    """The built-in tasks (the generated world's named tasks), imported on first use."""
+    from searchenv.tasks.synthetic import NAMED_TASK_SPECS
+
+    return {spec.name: spec for spec in NAMED_TASK_SPECS}
+
+
+_TASKS: Registry[TaskSpec] = Registry("task", load=_builtin_tasks)
 
 
 def register_task(spec: TaskSpec) -> None:
-    """Add a named task to the registry (later registrations of a name replace earlier ones)."""
-    _REGISTRY[spec.name] = spec
+    """Add a named task to the registry (later registrations of a name replace earlier ones, built-ins too)."""
+    _TASKS.register(spec.name, spec)
 
 
 def task_specs() -> list[TaskSpec]:
     """All registered tasks, by name."""
-    _load_builtin()
-    return [_REGISTRY[k] for k in sorted(_REGISTRY)]
+    return [_TASKS[name] for name in _TASKS.names()]
 
 
 def load_task(name: str, root: Path | None = None) -> Task:
@@ -43,24 +50,6 @@ def load_task(name: str, root: Path | None = None) -> Task:
         The task.
 
     Raises:
-        ValueError: If no task has that name.
+        UnknownNameError: If no task has that name (a ``ValueError``), naming the tasks there are.
     """
-    _load_builtin()
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(sorted(_REGISTRY))}")
-    return _REGISTRY[name].build(root if root is not None else cache_dir())
-
-
-_BUILTIN_LOADED = False
-
-
-def _load_builtin() -> None:
-    """Register the built-in tasks once, on first use (the generated world's named tasks)."""
-    global _BUILTIN_LOADED
-    if _BUILTIN_LOADED:
-        return
-    from searchenv.tasks.synthetic import NAMED_TASK_SPECS
-
-    for spec in NAMED_TASK_SPECS:
-        register_task(spec)
-    _BUILTIN_LOADED = True
+    return _TASKS[name].build(root if root is not None else cache_dir())

@@ -20,13 +20,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from searchenv.errors import JSONInputError
+
 #: Default limit on nesting for :func:`loads` callers that ask for a depth check. Every format
 #: this package reads (FlashRAG, HotpotQA, MuSiQue, Search-R1 responses) nests fewer than 10 levels.
 DEFAULT_MAX_DEPTH = 64
-
-
-class JSONInputError(ValueError):
-    """JSON input that cannot be used; the message names where it came from and what is wrong."""
 
 
 def _depth_exceeds(value: Any, max_depth: int) -> bool:

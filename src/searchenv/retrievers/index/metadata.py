@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from searchenv.retrievers.base import RetrieverError
+from searchenv.errors import IndexIntegrityError, RetrieverError, StaleIndexError
 from searchenv.utils.files import publishable
 from searchenv.utils.jsonsafe import JSONInputError, loads
 
@@ -55,14 +55,6 @@ _OWN_TMP = re.compile(r"\.tmp-(?:[a-z0-9_]{8}|[0-9a-f]{32})")
 _FORMAT_1_FILES = ("docs.jsonl", "doc_offsets.npy", "bm25", "dense.faiss")
 
 T = TypeVar("T")
-
-
-class StaleIndexError(RetrieverError):
-    """The index was built from a different corpus than the one it is used with."""
-
-
-class IndexIntegrityError(RetrieverError):
-    """The index's files disagree with its metadata or with each other (damaged, edited, half-copied)."""
 
 
 def file_sha256(path: str | os.PathLike[str]) -> str:

@@ -146,7 +146,7 @@ def _load_weights(policy: Any, ckpt: Mapping[str, Any], path: Path) -> None:
         return
     from peft import LoraConfig, get_peft_model
 
-    from agents.policies.hf.gguf import quiet_loading
+    from agents.policies.hf.loading import quiet_loading
 
     c = ckpt["config"]
     names = {n.rsplit(".", 1)[-1] for n, _ in policy.model.named_modules()}
@@ -183,7 +183,7 @@ def prepare_model(policy: Any, cfg: TrainConfig) -> None:
     if cfg.lora and not hasattr(model, "peft_config"):
         from peft import LoraConfig, get_peft_model
 
-        from agents.policies.hf.gguf import quiet_loading
+        from agents.policies.hf.loading import quiet_loading
 
         names = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
         targets = [t for t in cfg.lora_target_modules if t in names]

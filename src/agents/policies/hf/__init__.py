@@ -62,7 +62,7 @@ turn each part off.
 :meth:`HFPolicy.token_logprobs` recomputes per-token log-probs with gradient for training; at the
 same temperature they match the ``logprobs`` reported by :meth:`HFPolicy.generate`.
 
-Modules: ``gguf`` (finding, converting and loading models), ``kv_cache`` (buffers and the prefix
+Modules: ``loading`` (finding, converting and loading models), ``kv_cache`` (buffers and the prefix
 store), ``sampling``, ``decode`` (the two loops, stop checks, the fixed-shape step), ``graphs``
 (capturing it, the stand-in graph, the per-bucket slots), ``gen_weights`` (the generation copy) and
 ``policy``.
@@ -72,7 +72,7 @@ from agents.policies.hf.decode import DecodeLoops
 from agents.policies.hf.decode import _DecodeStep as _DecodeStep
 from agents.policies.hf.decode import _first_stop as _first_stop
 from agents.policies.hf.decode import _stop_window as _stop_window
-from agents.policies.hf.gguf import (
+from agents.policies.hf.loading import (
     DEFAULT_MODEL,
     PACKAGED_MODELS,
     convert_gguf,

@@ -9,13 +9,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from agents.devices import torch_dtype
 from agents.policies.attention import use_grouped_sdpa
 from agents.policies.base import Generation, chat_template_ids, check_sampling
 from agents.policies.hf.decode import GRAPH_STATS, DecodeLoops, _cut_at_stop, _sync
 from agents.policies.hf.gen_weights import GenerationWeights
-from agents.policies.hf.gguf import DEFAULT_MODEL, _torch_dtype, load_model
 from agents.policies.hf.graphs import Capture, SlotCache
 from agents.policies.hf.kv_cache import _buffer_cache, _Entry, _PrefixStore, cache_inputs
+from agents.policies.hf.loading import DEFAULT_MODEL, load_model
 from agents.policies.hf.sampling import _row_generators
 
 if TYPE_CHECKING:
@@ -111,9 +112,8 @@ class HFPolicy(DecodeLoops):
                 raise TypeError(f"model must be a name, a path or a torch model, got {type(model).__name__}")
             if tokenizer is None:
                 raise ValueError("tokenizer is required when model is a model object")
-            torch_dtype = _torch_dtype(dtype)
-            if torch_dtype is not None:
-                model.to(torch_dtype)
+            if dtype is not None:
+                model.to(torch_dtype(dtype))
             if device is not None:
                 model.to(device)
         use_grouped_sdpa(model)  # same results; no key/value copies for grouped-query heads on the CPU
@@ -296,7 +296,7 @@ class HFPolicy(DecodeLoops):
     def _set_generation_dtype(self, value: str | torch.dtype | None) -> None:
         if isinstance(value, str) and value == "float32":
             value = None
-        dtype = _torch_dtype(value) if value is not None else None
+        dtype = torch_dtype(value) if value is not None else None
         if dtype == (self._gen.dtype if self._gen is not None else None):
             return
         if self._gen is not None:

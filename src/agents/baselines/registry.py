@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import TYPE_CHECKING, Any
 
 from agents.baselines.episode import Agent
 from agents.baselines.llm import DIRECT_PROMPT, FEW_SHOT_EXAMPLE, RAG_PROMPT, LLMAgent
+from agents.devices import GenerationSettings, native_bfloat16, resolve_device
 from agents.policies.base import ChatPolicy, Policy
 from searchenv.utils.loading import is_module_attr, load_attribute
+
+if TYPE_CHECKING:
+    import torch
 
 AGENT_NAMES = ("oracle", "heuristic", "random", "direct", "rag", "iterative", "llm", "searcher")
 LLM_AGENTS = frozenset({"direct", "rag", "iterative", "llm"})
@@ -34,9 +39,9 @@ def make_agent(
         temperature: Sampling temperature (LLM agents; 0 is greedy).
         seed: Seed of the ``random`` agent.
         device: Where ``searcher`` loads its model (a device name, see :mod:`agents.devices`; None: auto).
-        generation_dtype: What ``searcher`` generates with: ``auto`` (a bfloat16 copy of the weights
-            on CUDA and where a CPU multiplies bfloat16 natively, :func:`agents.devices.generation_dtype_for`;
-            else float32), ``float32`` or ``bfloat16``. A policy handed in is left as it is.
+        generation_dtype: What ``searcher`` generates from (:func:`searcher_generation`): ``auto`` (a
+            bfloat16 copy of the weights on CUDA and where a CPU multiplies bfloat16 natively, else
+            the weights), ``float32``, ``bfloat16`` or ``float16``. A policy handed in is left as it is.
 
     Returns:
         The agent.
@@ -55,12 +60,11 @@ def make_agent(
         return HeuristicAgent()
     if name == "searcher":
         from agents.baselines.searcher import load_searcher
-        from agents.devices import generation_dtype_for, resolve_device
 
         where = resolve_device(device)
-        dtype = generation_dtype_for(generation_dtype, where)  # checked before the model loads
+        generation = searcher_generation(generation_dtype, where)  # checked before the model loads
         searcher = load_searcher(device=where)
-        searcher.generation_dtype = dtype
+        searcher.generation = generation
         return LLMAgent(name, searcher, max_new_tokens=max_new_tokens, temperature=temperature)
     if name == "random":
         return RandomAgent(seed=seed)
@@ -92,6 +96,23 @@ def make_agent(
             **common,
         )
     return LLMAgent(name, policy, **common)
+
+
+def searcher_generation(generation_dtype: str, device: torch.device | str) -> GenerationSettings:
+    """How the packaged searcher generates on ``device``, from the ``generation_dtype`` asked for.
+
+    ``auto`` means what it means for any model (a bfloat16 copy of float32 weights on CUDA, the
+    weights elsewhere), except on a CPU that multiplies bfloat16 natively
+    (:func:`agents.devices.native_bfloat16`): there the searcher asks for a bfloat16 copy, since its
+    answers in bfloat16 were measured on such CPUs (``benchmarks/searcher_cpu.py``).
+
+    Raises:
+        ValueError: For a dtype outside ``auto``, ``float32``, ``bfloat16``, ``float16``.
+    """
+    settings = GenerationSettings(dtype=generation_dtype)
+    if settings.dtype == "auto" and native_bfloat16(device):
+        return dataclasses.replace(settings, dtype="bfloat16")
+    return settings
 
 
 def _load_agent(spec: str, policy: Policy | ChatPolicy | None) -> Agent:

@@ -12,7 +12,7 @@ Measured, in rotation within each repeat so a change of the machine's load hits 
    end-of-sequence), with
    - ``dynamic``: ``HFPolicy(decode="dynamic")``, the default loop (host read every token);
    - ``static``: ``HFPolicy(decode="static", sync_every=...)`` (rows kept, host reads every few steps);
-   - ``static+graph``: the same with ``cuda_graph=True`` (the decode step captured in a CUDA graph,
+   - ``static+graph``: the same with ``fixed_shape_step=True`` (the decode step captured in a CUDA graph,
      kept per (rows, capacity) bucket across calls; CUDA only; on the CPU ``static+fixed``, the
      same fixed-shape step run eagerly);
    - ``static+graph+bf16``: the same, generating from a bfloat16 copy of the weights
@@ -268,11 +268,11 @@ def main(argv: list[str] | None = None) -> None:
     fixed_policies = {
         "dynamic": policy(eos_token_ids=[]),
         "static": policy(eos_token_ids=[], **static_kw),
-        graph: policy(eos_token_ids=[], cuda_graph=True, **static_kw),
+        graph: policy(eos_token_ids=[], fixed_shape_step=True, **static_kw),
     }
     if not args.skip_bf16:
         fixed_policies[graph + "+bf16"] = policy(
-            eos_token_ids=[], cuda_graph=True, generation_dtype="bfloat16", **static_kw
+            eos_token_ids=[], fixed_shape_step=True, generation_dtype="bfloat16", **static_kw
         )
     stand_in(fixed_policies)
     modes = {k: generate_call(pol, prompts, gen_kw) for k, pol in fixed_policies.items()}
@@ -297,10 +297,10 @@ def main(argv: list[str] | None = None) -> None:
     if not args.skip_episode_turn:
         stop = ["</search>", "</answer>"]
         turn_policies = {
-            "dynamic": policy(), "static": policy(**static_kw), graph: policy(cuda_graph=True, **static_kw)
+            "dynamic": policy(), "static": policy(**static_kw), graph: policy(fixed_shape_step=True, **static_kw)
         }
         if not args.skip_bf16:
-            turn_policies[graph + "+bf16"] = policy(cuda_graph=True, generation_dtype="bfloat16", **static_kw)
+            turn_policies[graph + "+bf16"] = policy(fixed_shape_step=True, generation_dtype="bfloat16", **static_kw)
         stand_in(turn_policies)
         turn_modes = {k: generate_call(pol, prompts, gen_kw | {"stop": stop}) for k, pol in turn_policies.items()}
         print("episode turn: stop strings and end-of-sequence on", flush=True)

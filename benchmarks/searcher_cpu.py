@@ -6,7 +6,7 @@ questions of a task split with the settings it was trained with (``make demo``'s
 the other:
 
 - ``float32``: the weights as loaded (adapters merged at load);
-- ``bfloat16``: generation from a bfloat16 copy of the same weights (``HFPolicy.generation_dtype``),
+- ``bfloat16``: generation from a bfloat16 copy of the same weights (``GenerationSettings(dtype="bfloat16")``),
   which a CPU with AVX512-BF16 or AMX multiplies natively.
 
 It reports seconds per question, generated tokens per second, EM per arm and the paired EM
@@ -42,10 +42,11 @@ def run_arm(name: str, args: argparse.Namespace) -> dict[str, Any]:
     """One arm: load the searcher, run the questions, time it."""
     from agents.baselines.llm import LLMAgent
     from agents.baselines.searcher import load_searcher
+    from agents.devices import GenerationSettings
     from agents.evaluation.evaluate import evaluate
 
     policy = load_searcher(device=args.device)
-    policy.generation_dtype = ARMS[name] or "float32"
+    policy.generation = GenerationSettings(dtype=ARMS[name] or "float32")
     agent = LLMAgent("searcher", policy, max_new_tokens=args.max_new_tokens, temperature=0.0)
     start = time.perf_counter()
     result = evaluate(agent, task=args.task, split=args.split, retriever="bm25", n=args.n, top_k=3,
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     device = resolve_device(args.device)
     where = "the CPU" if device.type == "cpu" else describe(device)
     path = fast_generation(device)
-    graph = "on" if path.cuda_graph else "off"
+    graph = "on" if path.fixed_shape_step else "off"
     speedup = arms["float32"]["seconds"] / arms["bfloat16"]["seconds"]
     rows = []
     for name, arm in arms.items():
@@ -107,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         f"torch {torch.__version__}. Load average {load_before[0]:.2f} before, {load_after[0]:.2f} after.",
     ])
     data = {"settings": {**vars(args), "device": describe(device), "decode": path.decode,
-                         "cuda_graph": path.cuda_graph, "cpu_flags": cpu_flags(), "torch": torch.__version__},
+                         "cuda_graph": path.fixed_shape_step, "cpu_flags": cpu_flags(), "torch": torch.__version__},
             "load_average": {"before": load_before, "after": load_after},
             "arms": arms, "bfloat16_minus_float32_em": diff, "speedup": speedup}
     command = "python benchmarks/searcher_cpu.py " + " ".join(argv if argv is not None else sys.argv[1:])

@@ -1,4 +1,4 @@
-"""The agents modules that moved (issue 40) still import under their old names, with every former name.
+"""The agents modules that moved or were renamed still import under their old names, with every former name.
 
 Old dotted paths answer through :func:`searchenv.utils.moved.register_moves` (no shim files): the
 same module object as the new path, with a ``DeprecationWarning``. Modules that became packages
@@ -77,6 +77,10 @@ FORMER_NAMES: dict[str, tuple[str, ...]] = {
     ),
     "agents.cli_sb3": (
         "register_train", "sb3_ppo",
+    ),
+    "agents.policies.hf.gguf": (
+        "DEFAULT_MODEL", "PACKAGED_MODELS", "convert_gguf", "load_model", "model_cache_dir", "packaged_gguf_path",
+        "quiet_loading", "resolve_model_path",
     ),
 }
 

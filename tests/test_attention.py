@@ -220,13 +220,13 @@ def test_a_decode_step_allocates_no_repeated_cache(monkeypatch: pytest.MonkeyPat
 def test_the_fixed_decode_step_neither_copies_the_cache_nor_syncs(monkeypatch: pytest.MonkeyPatch) -> None:
     from transformers.integrations import sdpa_attention
 
-    from agents.policies.hf import _DecodeStep
+    from agents.policies.hf import FixedShapeStep
 
     monkeypatch.setattr(sdpa_attention, "is_torchdynamo_compiling", lambda: True)  # as older transformers
     model, tok = build_tiny_model(seed=5, num_heads=4, num_kv_heads=2)
-    policy = HFPolicy(model, tok, decode="static", cuda_graph=True)  # on the CPU: the fixed step, no capture
+    policy = HFPolicy(model, tok, decode="static", fixed_shape_step=True)  # on the CPU: eager, no capture
     seen: list[tuple[_Allocations, tuple[int, ...]]] = []
-    original = _DecodeStep._forward
+    original = FixedShapeStep._forward
 
     def recorded(self: Any) -> Any:
         with _Allocations() as rec:
@@ -234,7 +234,7 @@ def test_the_fixed_decode_step_neither_copies_the_cache_nor_syncs(monkeypatch: p
         seen.append((rec, tuple(self.mask4.shape)))
         return out
 
-    monkeypatch.setattr(_DecodeStep, "_forward", recorded)
+    monkeypatch.setattr(FixedShapeStep, "_forward", recorded)
     policy.generate([[5, 17, 33, 41], [8, 9, 10, 11, 12, 13, 14], [40, 41]], max_new_tokens=8, temperature=0.0)
     assert seen, "the fixed-shape step did not run"
     head_dim = model.config.hidden_size // model.config.num_attention_heads
@@ -265,7 +265,7 @@ def test_the_fixed_step_counts_its_eager_steps_and_failed_captures() -> None:
     from agents.policies.hf.decode import GRAPH_STATS
 
     prompts = [[5, 17, 33, 41], [8, 9, 10, 11, 12, 13, 14]]
-    policy = HFPolicy(*build_tiny_model(seed=6, num_heads=4, num_kv_heads=2), decode="static", cuda_graph=True)
+    policy = HFPolicy(*build_tiny_model(seed=6, num_heads=4, num_kv_heads=2), decode="static", fixed_shape_step=True)
     policy.reset_stats()
     want = policy.generate(prompts, max_new_tokens=6, temperature=0.0)
     stats = policy.stats

@@ -10,6 +10,7 @@ without the check measures.
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,8 @@ import torch
 
 from agents.devices import (
     CUDA_GENERATION,
+    HOST_GENERATION,
+    GenerationSettings,
     autocast,
     check_device_name,
     fast_generation,
@@ -51,7 +54,7 @@ def _placed(seed: int = 0, **kwargs: Any) -> tuple[Any, VirtualDevice]:
 
 def _cuda_path_on_the_host(seed: int = 0) -> Any:
     """The same tiny policy on the CPU, told to take the CUDA path: what the placed one must compute."""
-    policy = tiny_policy(seed=seed, decode=CUDA_GENERATION.decode, cuda_graph=CUDA_GENERATION.cuda_graph,
+    policy = tiny_policy(seed=seed, decode=CUDA_GENERATION.decode, fixed_shape_step=CUDA_GENERATION.fixed_shape_step,
                          generation_dtype=CUDA_GENERATION.dtype)
     policy.graph_capture = StandInGraph.capture
     return policy
@@ -106,15 +109,14 @@ def test_generation_and_judges_on_the_device(decode: str) -> None:
         expected = _cuda_path_on_the_host().generate(prompts, **kwargs)
         policy, vd = _placed()
     else:
-        told = {"decode": decode, "cuda_graph": False, "generation_dtype": "float32"}
+        told = {"decode": decode, "fixed_shape_step": False, "generation_dtype": "float32"}
         expected = tiny_policy(seed=0, **told).generate(prompts, **kwargs)
         policy, vd = _placed(**told)
     with vd:
         got = policy.generate(prompts, **kwargs)
         assert [g.token_ids for g in got] == [g.token_ids for g in expected]
         if decode == "auto":  # chosen at the first call on the device
-            assert (policy.decode_mode, policy.cuda_graph, policy.generation_dtype) == (
-                "static", True, torch.bfloat16)
+            assert policy.generation_path() == CUDA_GENERATION and policy.generation_dtype == torch.bfloat16
             assert policy.generation_model is not policy.model and StandInGraph.captured
         lps = policy.token_logprobs([list(p) + list(g.token_ids) for p, g in zip(prompts, got, strict=True)],
                                     [len(p) for p in prompts])
@@ -313,27 +315,33 @@ def test_cli_device_flags(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("native", [True, False])
-def test_auto_generation_dtype_follows_the_cpus_bfloat16_support(monkeypatch: pytest.MonkeyPatch,
-                                                                 native: bool) -> None:
-    from agents.devices import generation_dtype_for, native_bfloat16
+def test_the_searchers_auto_generation_dtype_follows_the_cpus_bfloat16_support(monkeypatch: pytest.MonkeyPatch,
+                                                                              native: bool) -> None:
+    from agents.baselines.registry import searcher_generation
+    from agents.devices import native_bfloat16
 
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: native)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
     assert native_bfloat16("cpu") is native
-    assert generation_dtype_for("auto", "cpu") == ("bfloat16" if native else None)
-    assert generation_dtype_for("float32", "cpu") is None
-    assert generation_dtype_for("bfloat16", "cpu") == "bfloat16"
+
+    def copy(setting: str, device: Any) -> str | None:  # what the searcher's float32 weights generate from
+        return searcher_generation(setting, device).resolve(device, torch.float32).dtype
+
+    assert copy("auto", "cpu") == ("bfloat16" if native else None)  # said explicitly: bfloat16, where measured
+    assert copy("float32", "cpu") is None
+    assert copy("bfloat16", "cpu") == "bfloat16"
+    assert copy("auto", "cuda") == "bfloat16"  # any model's auto on CUDA
     # not measured elsewhere: auto keeps the model's own weights there
-    assert generation_dtype_for("auto", torch.device("meta")) is None
+    assert copy("auto", torch.device("meta")) is None
+    assert searcher_generation("auto", "cuda") == GenerationSettings()  # auto, as for any model
 
 
 def test_a_generation_dtype_outside_the_list_is_refused_before_any_model_loads() -> None:
     from agents.baselines import make_agent
-    from agents.devices import generation_dtype_for
 
-    with pytest.raises(ValueError, match="generation_dtype must be one of auto, float32, bfloat16"):
-        generation_dtype_for("half", "cpu")
-    with pytest.raises(ValueError, match="generation_dtype must be one of"):
+    with pytest.raises(ValueError, match=r"generation_dtype\) must be auto, float32, bfloat16 or float16"):
+        GenerationSettings(dtype="half")
+    with pytest.raises(ValueError, match="generation_dtype"):
         make_agent("searcher", device="cpu", generation_dtype="int8")
 
 
@@ -345,7 +353,7 @@ def test_resume_settings_name_the_generation_copy_only_when_there_is_one() -> No
     own = SimpleNamespace(policy=tiny_policy())
     assert generation_settings(own) == {}
     assert generation_dtype_of(own) == "float32"
-    own.policy.generation_dtype = "bfloat16"
+    own.policy.generation = GenerationSettings(dtype="bfloat16")
     assert generation_settings(own) == {"generation_dtype": "bfloat16"}
     assert generation_dtype_of(own) == "bfloat16"
     assert generation_settings(SimpleNamespace(name="oracle")) == {}
@@ -353,11 +361,11 @@ def test_resume_settings_name_the_generation_copy_only_when_there_is_one() -> No
 
 def test_a_policy_left_to_choose_generates_the_devices_fastest_way_and_follows_a_move() -> None:
     """CPU: dynamic loop, own weights. Moved to (virtual) CUDA: static step, captured, bfloat16 copy."""
-    assert fast_generation("cpu") == fast_generation(torch.device("cpu")) != CUDA_GENERATION
+    assert fast_generation("cpu") == fast_generation(torch.device("cpu")) == HOST_GENERATION != CUDA_GENERATION
     assert fast_generation("cuda:1") == fast_generation(torch.device("cuda")) == CUDA_GENERATION
     policy = tiny_policy(seed=0)
-    told = tiny_policy(seed=0, decode="dynamic", cuda_graph=False, generation_dtype="float32")
-    assert (policy.decode_mode, policy.cuda_graph, policy.generation_dtype) == ("dynamic", False, None)
+    told = tiny_policy(seed=0, decode="dynamic", fixed_shape_step=False, generation_dtype="float32")
+    assert policy.generation_path() == HOST_GENERATION and policy.generation_dtype is None
     prompt = [_sample(policy).ids]
     policy.generate(prompt, max_new_tokens=2, temperature=0.0)
     for pol in (policy, told):
@@ -366,27 +374,34 @@ def test_a_policy_left_to_choose_generates_the_devices_fastest_way_and_follows_a
         pol.graph_capture = StandInGraph.capture
         with vd:
             got = pol.generate(prompt, max_new_tokens=2, temperature=0.0)
-        assert len(got[0].token_ids) == 2
-    assert (policy.decode_mode, policy.cuda_graph, policy.generation_dtype) == ("static", True, torch.bfloat16)
-    assert (told.decode_mode, told.cuda_graph, told.generation_dtype) == ("dynamic", False, None)  # as told
-    policy.cuda_graph = False  # set by hand: the device no longer chooses it
-    policy.generation_dtype = "float32"
-    assert (policy.cuda_graph, policy.generation_dtype) == (False, None)
+            assert len(got[0].token_ids) == 2
+            if pol is policy:  # decided at the call, where the model is now
+                assert policy.generation_path() == CUDA_GENERATION and policy.generation_dtype == torch.bfloat16
+                assert policy.generation_model is not policy.model
+                policy.generation = GenerationSettings(fixed_shape_step=False, dtype="float32")  # told: stays
+                assert policy.generation_path() == dataclasses.replace(CUDA_GENERATION, fixed_shape_step=False,
+                                                                       dtype=None)
+                assert policy.generation_model is policy.model  # the copy is gone with the setting
+            else:
+                assert told.generation_path() == HOST_GENERATION  # as told
+    assert policy.generation_path() == HOST_GENERATION  # the decode loop left to choose: the host's again
 
 
 def test_episodes_in_flight_fill_a_cuda_devices_free_memory_and_stay_32_elsewhere(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from agents.devices import HOST_EPISODES_IN_FLIGHT, episodes_in_flight
+    from agents.policies.hf.kv_cache import kv_bytes_per_token
 
     policy = tiny_policy(seed=0)
     assert episodes_in_flight(policy, 500, 1000) == HOST_EPISODES_IN_FLIGHT == 32  # the CPU
     assert episodes_in_flight(None, 500, 1000) == 32  # a served model
 
-    class OnCuda:  # the same model as a CUDA device reports it (no GPU here)
-        model = policy.model
+    class OnCuda:  # the same model as a CUDA device reports it (no GPU here), generating from a bfloat16 copy
         device = torch.device("cuda", 0)
-        generation_dtype = torch.bfloat16
+
+        def kv_bytes_per_token(self) -> int | None:
+            return kv_bytes_per_token(policy.model, torch.bfloat16)
 
     cfg = policy.model.config
     per_token = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * (cfg.hidden_size // cfg.num_attention_heads) * 2

@@ -175,10 +175,12 @@ def test_eval_tells_an_in_process_model_its_decode_loop_and_keeps_32_in_flight_o
     from tests.tiny_model import tiny_policy
 
     policy = tiny_policy(seed=0)
-    assert (policy.decode_mode, policy.cuda_graph) == ("dynamic", False)  # the CPU's own choice
+    path = policy.generation_path()
+    assert (path.decode, path.fixed_shape_step) == ("dynamic", False)  # the CPU's own choice
     result = evaluate("llm", task=qa_file, corpus=corpus_file, policy=policy, n=2, max_turns=1, max_new_tokens=3,
                       decode="static", cuda_graph=True)
-    assert (policy.decode_mode, policy.cuda_graph) == ("static", True)
+    path = policy.generation_path()
+    assert (path.decode, path.fixed_shape_step, path.dtype) == ("static", True, None)
     assert result.config["batch_size"] == 32  # unset: the host's number
     with pytest.raises(ValueError, match="decode must be auto, static or dynamic"):
         evaluate("llm", task=qa_file, corpus=corpus_file, policy=policy, n=1, decode="fast")

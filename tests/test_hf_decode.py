@@ -7,7 +7,7 @@ device, reads tokens every ``sync_every`` steps and decodes only at stop-string 
 These tests hold the two to the same token ids, finish reasons and text (log-probs to float
 tolerance), for greedy and seeded sampling, with stop strings, EOS, length caps, mixed prompt
 lengths, duplicate prompts, chunking, the prefix cache and the rollout engine; and the fixed-shape
-step (``cuda_graph=True``; run eagerly on the CPU) to the same.
+step (``fixed_shape_step=True``; run eagerly on the CPU) to the same.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ STATIC: dict[str, dict[str, Any]] = {
     "static-sync1": {"decode": "static", "sync_every": 1},
     "static-sync3": {"decode": "static", "sync_every": 3},
     "static-sync8": {"decode": "static"},
-    "static-fixed": {"decode": "static", "sync_every": 4, "cuda_graph": True},
+    "static-fixed": {"decode": "static", "sync_every": 4, "fixed_shape_step": True},
 }
 SAMPLING: dict[str, dict[str, Any]] = {
     "greedy": {"temperature": 0.0},
@@ -201,7 +201,7 @@ def test_static_stats_and_bad_arguments(tiny: tuple[Any, Any], prompts: list[lis
     for kwargs, match in (
         ({"decode": "fast"}, "decode"),
         ({"sync_every": 0}, "sync_every"),
-        ({"cuda_graph": "yes"}, "cuda_graph"),
+        ({"fixed_shape_step": "yes"}, "fixed_shape_step"),
     ):
         with pytest.raises(ValueError, match=match):
             _policy(tiny, **kwargs)
@@ -328,14 +328,14 @@ def test_fixed_shape_step_never_reads_the_device(
             seen.append(func.overloadpacket.__name__)
             return func(*args, **(kwargs or {}))
 
-    original = hf._DecodeStep._forward
+    original = hf.FixedShapeStep._forward
 
     def recorded(self: Any) -> Any:
         shapes.add((tuple(self.ids.shape), tuple(self.pos.shape), tuple(self.mask4.shape), tuple(self.col.shape)))
         with Record():
             return original(self)
 
-    monkeypatch.setattr(hf._DecodeStep, "_forward", recorded)
+    monkeypatch.setattr(hf.FixedShapeStep, "_forward", recorded)
     pol = _policy(tiny, prefix_cache=False, **STATIC["static-fixed"])
     pol.generate(prompts, max_new_tokens=6, temperature=1.0, seed=1, stop=["e"])
     assert seen and len(shapes) == 1

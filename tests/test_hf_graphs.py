@@ -10,6 +10,7 @@ those of the default (dynamic, eager) loop.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import gc
 import weakref
 from typing import Any
@@ -25,7 +26,7 @@ from agents.policies.hf import HFPolicy  # noqa: E402
 from agents.policies.hf.graphs import StandInGraph, capacity_bucket, row_bucket  # noqa: E402
 from tests.tiny_model import build_tiny_model, one_thread  # noqa: E402
 
-FIXED: dict[str, Any] = {"decode": "static", "sync_every": 4, "cuda_graph": True, "prefix_cache": False}
+FIXED: dict[str, Any] = {"decode": "static", "sync_every": 4, "fixed_shape_step": True, "prefix_cache": False}
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -208,12 +209,12 @@ def test_no_copy_unless_asked_and_dropped_when_turned_off(tiny: tuple[Any, Any])
     pol.generate(_prompts(pol)[:2], max_new_tokens=3, temperature=0.0)
     held = weakref.ref(pol.generation_model)
     assert held() is not None and pol._slots.slots
-    pol.generation_dtype = None
+    pol.generation = dataclasses.replace(pol.generation, dtype="float32")
     gc.collect()
     assert held() is None and not pol._slots.slots  # the copy and the buckets kept for it are freed
     assert pol.generation_model is model
     assert HFPolicy(model, tokenizer, generation_dtype="float32").generation_dtype is None  # the model's own
     for kwargs, match in (({"generation_dtype": "int8"}, "dtype"), ({"graph_buckets": 0}, "graph_buckets"),
-                          ({"decode": "fast"}, "decode"), ({"cuda_graph": "yes"}, "cuda_graph")):
+                          ({"decode": "fast"}, "decode"), ({"fixed_shape_step": "yes"}, "fixed_shape_step")):
         with pytest.raises(ValueError, match=match):
             HFPolicy(model, tokenizer, **kwargs)

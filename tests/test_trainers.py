@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import torch
 
+from agents.devices import GenerationPath
 from agents.trainers.callbacks import LambdaCallback
 from agents.trainers.metrics import read_metrics
 from agents.trainers.samples import Sample, forward_logprobs, pad_samples
@@ -230,7 +231,7 @@ def test_grpo_samples_from_a_bfloat16_copy_that_follows_every_update(
     told_cfg = _grpo_cfg(tmp_path / "told", qa_file, corpus_file, steps=1, generation_dtype="float32",
                          decode="static", cuda_graph=False)
     told = train_grpo(told_cfg, policy=tiny_policy(seed=0), reward=toy_reward)["policy"]
-    assert (told.generation_dtype, told.decode_mode, told.cuda_graph) == (None, "static", False)
+    assert told.generation_path() == GenerationPath(decode="static", fixed_shape_step=False, dtype=None)
 
 
 def test_grpo_resume_after_kill_matches_uninterrupted_run(tmp_path: Path, qa_file: Path, corpus_file: Path) -> None:

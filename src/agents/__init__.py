@@ -29,6 +29,7 @@ MOVED_MODULES = {
     "agents.cli_train": "agents.cli.train",
     "agents.cli_bench": "agents.cli.bench",
     "agents.cli_sb3": "agents.cli.sb3",
+    "agents.policies.hf.gguf": "agents.policies.hf.loading",
 }
 
 register_moves(MOVED_MODULES)

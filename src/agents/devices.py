@@ -10,8 +10,13 @@ Device names (the ``device`` setting of the trainers and ``--device`` of ``searc
 ``searchenv train``): ``auto`` (CUDA when available, else the CPU; a policy handed to a trainer
 stays where it is), ``cpu``, ``cuda``, ``cuda:N``, ``mps``, ``xpu``, ``xpu:N``.
 
-Only :func:`check_device_name` and :func:`check_dtype_name` work without torch (configs validate
-with them); everything else imports torch when called.
+How an in-process model generates (decode loop, fixed-shape step, generation dtype) is one
+:class:`GenerationSettings` value, each part ``auto`` or given; what ``auto`` becomes on a device is
+decided here (:func:`fast_generation`) and nowhere else.
+
+Only :func:`check_device_name`, :func:`check_dtype_name` and making or merging a
+:class:`GenerationSettings` work without torch (configs validate with them); everything else
+imports torch when called.
 """
 
 from __future__ import annotations
@@ -153,47 +158,126 @@ def describe(device: torch.device | str) -> str:
     return str(dev)
 
 
-#: What ``generation_dtype`` may be set to where a reference agent's model is loaded.
-GENERATION_DTYPES = ("auto", "float32", "bfloat16")
-#: What a decode loop may be set to: ``auto`` (:func:`fast_generation` chooses) or one of the loops.
-DECODE_SETTINGS = ("auto", "static", "dynamic")
+#: The decode loops of :class:`~agents.policies.hf.HFPolicy` (the same tokens for the same seeds):
+#: ``static`` keeps every row in a fixed-shape batch and reads tokens to the host every few steps;
+#: ``dynamic`` reads every token and drops finished rows.
+DECODE_LOOPS = ("static", "dynamic")
+#: What :attr:`GenerationSettings.decode` takes: ``auto`` (the device chooses) or a loop.
+DECODE_SETTINGS = ("auto", *DECODE_LOOPS)
+#: What :attr:`GenerationSettings.dtype` takes: ``auto`` (the device chooses) or a weight dtype.
+GENERATION_DTYPES = ("auto", *DTYPES)
 
 
 @dataclasses.dataclass(frozen=True)
 class GenerationPath:
-    """How :class:`~agents.policies.hf.HFPolicy` generates on a kind of device when left to choose.
+    """How a model generates, every part decided: what :meth:`GenerationSettings.resolve` answers.
 
     Attributes:
         decode: ``"static"`` or ``"dynamic"``, the decode loop.
-        cuda_graph: Whether the fixed-shape step is captured in a CUDA graph.
-        dtype: The generation copy's dtype for float32 weights, or None (the model's own weights).
+        fixed_shape_step: Whether the static loop runs each step over the whole key/value buffer with
+            the same tensor shapes every step (captured in a CUDA graph on a CUDA device, run eagerly
+            elsewhere); False with the dynamic loop.
+        dtype: The dtype of the copy of the weights generation runs from (``"bfloat16"`` or
+            ``"float16"``), or None: no copy, the model's own weights.
     """
 
     decode: str
-    cuda_graph: bool
+    fixed_shape_step: bool
     dtype: str | None
 
 
-#: The fastest path ``benchmarks/gpu_decode.py`` has measured on a GPU (docs/guides/gpu.md); on a CUDA
-#: device it is every caller's default.
-CUDA_GENERATION = GenerationPath(decode="static", cuda_graph=True, dtype="bfloat16")
+#: The fastest path ``benchmarks/gpu_decode.py`` has measured on a GPU (docs/guides/gpu.md): on a CUDA
+#: device, what every part left to ``auto`` becomes (the bfloat16 copy for float32 weights).
+CUDA_GENERATION = GenerationPath(decode="static", fixed_shape_step=True, dtype="bfloat16")
 #: Elsewhere: the dynamic loop (it drops finished rows; no graphs to replay) from the model's own weights.
-#: A bfloat16 copy on a CPU is opted into where its answers were measured (:func:`generation_dtype_for`).
-HOST_GENERATION = GenerationPath(decode="dynamic", cuda_graph=False, dtype=None)
+HOST_GENERATION = GenerationPath(decode="dynamic", fixed_shape_step=False, dtype=None)
 
 
 def fast_generation(device: torch.device | str) -> GenerationPath:
-    """The generation path :class:`~agents.policies.hf.HFPolicy` takes on ``device`` when left to choose."""
+    """The path a model on ``device`` takes when every part of its :class:`GenerationSettings` is ``auto``."""
     import torch
 
     return CUDA_GENERATION if torch.device(device).type == "cuda" else HOST_GENERATION
+
+
+@dataclasses.dataclass(frozen=True)
+class GenerationSettings:
+    """How an in-process model generates: each part ``"auto"`` (its device chooses) or given.
+
+    One value, checked here when it is made, for every place that says how a model generates:
+    :class:`~agents.policies.hf.HFPolicy` (``policy.generation``), the RL trainers' ``decode``,
+    ``cuda_graph`` and ``generation_dtype`` fields, and ``searchenv eval``'s ``--decode``,
+    ``--cuda-graph`` and ``--generation-dtype`` (:meth:`from_options` maps those older names).
+    What each ``auto`` becomes is decided by :meth:`resolve` from where the model is when asked (a
+    model a trainer moves to a GPU takes the GPU's path at its next call): on a CUDA device
+    :data:`CUDA_GENERATION`, elsewhere :data:`HOST_GENERATION`.
+
+    Attributes:
+        decode: ``auto``, ``static`` or ``dynamic`` (:data:`DECODE_LOOPS`).
+        fixed_shape_step: ``auto``, True or False: whether the static loop's steps run with fixed
+            shapes (see :class:`GenerationPath`); ``auto`` is on for a CUDA device.
+        dtype: ``auto``, ``float32``, ``bfloat16`` or ``float16``: ``bfloat16`` or ``float16``
+            generate from a copy of the weights in that dtype (training and log-probs keep the
+            weights); ``float32`` from the model's own weights, no copy; ``auto`` a bfloat16 copy of
+            float32 weights on a CUDA device, the model's own weights elsewhere.
+
+    Raises:
+        ValueError: When made with a value outside those, naming the part.
+    """
+
+    decode: str = "auto"
+    fixed_shape_step: str | bool = "auto"
+    dtype: str = "auto"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.decode, str) or self.decode not in DECODE_SETTINGS:
+            raise ValueError(f"decode must be auto, static or dynamic, got {self.decode!r:.40}")
+        step = self.fixed_shape_step
+        if not (isinstance(step, bool) or (isinstance(step, str) and step == "auto")):
+            raise ValueError(f"fixed_shape_step (cuda_graph) must be auto, true or false, got {step!r:.40}")
+        if not isinstance(self.dtype, str) or self.dtype not in GENERATION_DTYPES:
+            raise ValueError(
+                f"dtype (generation_dtype) must be auto, float32, bfloat16 or float16, got {self.dtype!r:.40}")
+
+    @classmethod
+    def from_options(cls, *, decode: str = "auto", cuda_graph: bool | None = None,
+                     generation_dtype: str | None = None) -> GenerationSettings:
+        """The settings from the options by their older names (the RL configs' fields, ``evaluate``'s arguments).
+
+        ``cuda_graph`` is :attr:`fixed_shape_step` and ``generation_dtype`` is :attr:`dtype`; None
+        (unset) is ``auto`` for both.
+        """
+        return cls(decode=decode, fixed_shape_step="auto" if cuda_graph is None else cuda_graph,
+                   dtype="auto" if generation_dtype is None else generation_dtype)
+
+    def resolve(self, device: torch.device | str, weights_dtype: Any) -> GenerationPath:
+        """What a model on ``device`` whose weights are ``weights_dtype`` (a torch dtype) generates with now."""
+        fast = fast_generation(device)
+        decode = fast.decode if self.decode == "auto" else self.decode
+        step = fast.fixed_shape_step if self.fixed_shape_step == "auto" else bool(self.fixed_shape_step)
+        if self.dtype == "auto":
+            dtype = fast.dtype if str(weights_dtype).removeprefix("torch.") == "float32" else None
+        else:
+            dtype = None if self.dtype == "float32" else self.dtype
+        return GenerationPath(decode=decode, fixed_shape_step=step and decode == "static", dtype=dtype)
+
+    def overridden_by(self, other: GenerationSettings) -> GenerationSettings:
+        """These settings with each part that ``other`` gives (not ``auto``) taken from ``other``.
+
+        What a trainer or ``evaluate`` does with the settings it was given and a policy handed to it:
+        a part left ``auto`` there keeps the policy's own.
+        """
+        given = {f.name: getattr(other, f.name) for f in dataclasses.fields(other)
+                 if not (isinstance(getattr(other, f.name), str) and getattr(other, f.name) == "auto")}
+        return dataclasses.replace(self, **given)
 
 
 def native_bfloat16(device: torch.device | str) -> bool:
     """Whether ``device`` multiplies bfloat16 in hardware: a CPU with AVX512-BF16 or AMX.
 
     Only the CPU is answered from its flags: where the packaged searcher's answers in bfloat16 were
-    measured (``benchmarks/searcher_cpu.py``). Other devices answer False until they are measured.
+    measured (``benchmarks/searcher_cpu.py``), so the searcher asks for a bfloat16 copy there. Other
+    devices answer False until they are measured.
     """
     import torch
 
@@ -210,51 +294,28 @@ HOST_EPISODES_IN_FLIGHT = 32
 def episodes_in_flight(policy: Any, episodes: int, tokens_per_episode: int, *, memory_share: float = 0.5) -> int:
     """How many episodes to run at once: all that fit a CUDA device's free memory, else a fixed number.
 
-    On a CUDA device an episode's cost is its key/value cache (two tensors per layer of
-    ``key/value heads x head size`` numbers per token, in the generation dtype); ``memory_share`` of the
-    free memory goes to them. Elsewhere, or where the model's shape is not known, the answer is
-    :data:`HOST_EPISODES_IN_FLIGHT`.
+    On a CUDA device an episode's cost is its key/value cache, which the policy states
+    (``policy.kv_bytes_per_token()``: bytes per token over every layer, None if unknown);
+    ``memory_share`` of the free memory goes to them. Elsewhere, or where the policy does not say,
+    the answer is :data:`HOST_EPISODES_IN_FLIGHT`.
 
     Args:
-        policy: The agent's model (an object with ``model`` and ``device``), or None.
+        policy: The agent's model (an object with ``device`` and ``kv_bytes_per_token``), or None.
         episodes: Episodes to run (on CUDA the answer is at most this, and at least 1).
         tokens_per_episode: An episode's longest context (prompt, every turn and every reply).
         memory_share: The share of free device memory the key/values may take.
     """
     device = getattr(policy, "device", None)
-    config = getattr(getattr(policy, "model", None), "config", None)
-    if device is None or config is None:  # no model (a scripted agent): torch need not even be installed
+    kv_bytes_per_token = getattr(policy, "kv_bytes_per_token", None)
+    if device is None or kv_bytes_per_token is None:  # no model (a scripted agent): torch need not be installed
         return HOST_EPISODES_IN_FLIGHT
     import torch
 
     if not isinstance(device, torch.device) or device.type != "cuda":
         return HOST_EPISODES_IN_FLIGHT
-    layers = getattr(config, "num_hidden_layers", None)
-    heads = getattr(config, "num_attention_heads", None)
-    kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    head_dim = getattr(config, "head_dim", None) or (config.hidden_size // heads if heads else None)
-    if not (layers and kv_heads and head_dim):
+    per_token = kv_bytes_per_token()
+    if not per_token:
         return HOST_EPISODES_IN_FLIGHT
-    copy = getattr(policy, "generation_dtype", None)
-    dtype = copy if copy is not None else next(policy.model.parameters()).dtype
-    per_token = 2 * layers * kv_heads * head_dim * dtype.itemsize
     free, _ = torch.cuda.mem_get_info(device)
     fit = int(memory_share * free // (per_token * max(1, tokens_per_episode)))
     return max(1, min(episodes, fit))
-
-
-def generation_dtype_for(name: str, device: torch.device | str) -> str | None:
-    """The generation copy's dtype for a setting of :data:`GENERATION_DTYPES` on ``device``.
-
-    ``auto`` is :func:`fast_generation`'s dtype on a CUDA device (``bfloat16``), ``bfloat16`` on a
-    CPU where :func:`native_bfloat16` holds, else the model's own weights (None); ``float32`` is
-    always the model's own weights.
-
-    Raises:
-        ValueError: For a name outside :data:`GENERATION_DTYPES`.
-    """
-    if name not in GENERATION_DTYPES:
-        raise ValueError(f"generation_dtype must be one of {', '.join(GENERATION_DTYPES)}, got {name!r:.40}")
-    if name == "auto":
-        return fast_generation(device).dtype or ("bfloat16" if native_bfloat16(device) else None)
-    return None if name == "float32" else name

@@ -6,15 +6,20 @@ Each name is a factory in one :class:`~searchenv.utils.registry.Registry`; :func
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agents.baselines.episode import Agent
 from agents.baselines.llm import DIRECT_PROMPT, FEW_SHOT_EXAMPLE, RAG_PROMPT, LLMAgent
+from agents.devices import GenerationSettings, native_bfloat16, resolve_device
 from agents.policies.base import ChatPolicy, Policy
 from searchenv.utils.loading import is_module_attr, load_attribute
 from searchenv.utils.registry import Registry
+
+if TYPE_CHECKING:
+    import torch
 
 #: The built-in agents, in the order the commands list them.
 AGENT_NAMES = ("oracle", "oracle-plan", "heuristic", "random", "direct", "rag", "iterative", "llm", "searcher")
@@ -59,12 +64,11 @@ def _random(settings: AgentSettings) -> Agent:
 
 def _searcher(settings: AgentSettings) -> Agent:
     from agents.baselines.searcher import load_searcher
-    from agents.devices import generation_dtype_for, resolve_device
 
     where = resolve_device(settings.device)
-    dtype = generation_dtype_for(settings.generation_dtype, where)  # checked before the model loads
+    generation = searcher_generation(settings.generation_dtype, where)  # checked before the model loads
     searcher = load_searcher(device=where)
-    searcher.generation_dtype = dtype
+    searcher.generation = generation
     return LLMAgent(settings.name, searcher, max_new_tokens=settings.max_new_tokens,
                     temperature=settings.temperature)
 
@@ -137,9 +141,9 @@ def make_agent(
         temperature: Sampling temperature (LLM agents; 0 is greedy).
         seed: Seed of the ``random`` agent.
         device: Where ``searcher`` loads its model (a device name, see :mod:`agents.devices`; None: auto).
-        generation_dtype: What ``searcher`` generates with: ``auto`` (a bfloat16 copy of the weights
-            on CUDA and where a CPU multiplies bfloat16 natively, :func:`agents.devices.generation_dtype_for`;
-            else float32), ``float32`` or ``bfloat16``. A policy handed in is left as it is.
+        generation_dtype: What ``searcher`` generates from (:func:`searcher_generation`): ``auto`` (a
+            bfloat16 copy of the weights on CUDA and where a CPU multiplies bfloat16 natively, else
+            the weights), ``float32``, ``bfloat16`` or ``float16``. A policy handed in is left as it is.
 
     Returns:
         The agent.
@@ -152,6 +156,23 @@ def make_agent(
         return _load_agent(name, policy)
     factory = _AGENTS[name]
     return factory(AgentSettings(name, policy, max_new_tokens, temperature, seed, device, generation_dtype))
+
+
+def searcher_generation(generation_dtype: str, device: torch.device | str) -> GenerationSettings:
+    """How the packaged searcher generates on ``device``, from the ``generation_dtype`` asked for.
+
+    ``auto`` means what it means for any model (a bfloat16 copy of float32 weights on CUDA, the
+    weights elsewhere), except on a CPU that multiplies bfloat16 natively
+    (:func:`agents.devices.native_bfloat16`): there the searcher asks for a bfloat16 copy, since its
+    answers in bfloat16 were measured on such CPUs (``benchmarks/searcher_cpu.py``).
+
+    Raises:
+        ValueError: For a dtype outside ``auto``, ``float32``, ``bfloat16``, ``float16``.
+    """
+    settings = GenerationSettings(dtype=generation_dtype)
+    if settings.dtype == "auto" and native_bfloat16(device):
+        return dataclasses.replace(settings, dtype="bfloat16")
+    return settings
 
 
 def _load_agent(spec: str, policy: Policy | ChatPolicy | None) -> Agent:

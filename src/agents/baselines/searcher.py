@@ -326,7 +326,7 @@ def merge_adapter(policy: Any, spec: Mapping[str, Any], tensors: Mapping[str, An
 
     from peft import get_peft_model
 
-    from agents.policies.hf.gguf import quiet_loading
+    from agents.policies.hf.loading import quiet_loading
 
     check_adapter_tensors(spec, tensors, name=name)
     modules = {n for n, _ in policy.model.named_modules()}

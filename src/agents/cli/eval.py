@@ -174,15 +174,16 @@ def eval_command(
     ),
     generation_dtype: str = typer.Option(
         "auto", "--generation-dtype",
-        help="What an in-process model generates with: float32, bfloat16 (a copy of the weights), or auto: "
-        "bfloat16 on CUDA, and for the searcher also on a CPU with native bfloat16; else float32.",
+        help="What an in-process model generates from: float32 (its weights), bfloat16 or float16 (a copy of the "
+        "weights), or auto: bfloat16 on CUDA, and for the searcher also on a CPU with native bfloat16; else float32.",
     ),
     decode: str = typer.Option(
         "auto", "--decode", help="An in-process model's decode loop: auto (static on CUDA), static or dynamic.",
     ),
     cuda_graph: bool | None = typer.Option(
         None, "--cuda-graph/--no-cuda-graph",
-        help="Capture the static decode step in a CUDA graph (default: on CUDA).",
+        help="Run the static loop's decode steps with fixed shapes, captured in a CUDA graph on CUDA "
+        "(default: on CUDA).",
     ),
     retriever_option: list[str] = typer.Option(
         [], "--retriever-option",
@@ -233,17 +234,17 @@ def eval_command(
             "documents to index: add --corpus CORPUS.jsonl (or give an index folder as --retriever)",
             param_hint="--corpus",
         )
-    from agents.devices import DECODE_SETTINGS, GENERATION_DTYPES, check_device_name
+    from agents.devices import GenerationSettings, check_device_name
 
     try:
         check_device_name(device, "--device")
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--device") from None
-    if generation_dtype not in GENERATION_DTYPES:
-        raise typer.BadParameter(f"must be one of {', '.join(GENERATION_DTYPES)}, got {generation_dtype!r:.40}",
-                                 param_hint="--generation-dtype")
-    if decode not in DECODE_SETTINGS:
-        raise typer.BadParameter(f"must be auto, static or dynamic, got {decode!r:.40}", param_hint="--decode")
+    try:  # checked before anything loads; evaluate() gives the parts that are not auto to an in-process model
+        GenerationSettings.from_options(decode=decode, cuda_graph=cuda_graph, generation_dtype=generation_dtype)
+    except ValueError as exc:
+        flag = "--decode" if str(exc).startswith("decode") else "--generation-dtype"
+        raise typer.BadParameter(str(exc), param_hint=flag) from None
     check_model_flags(model, model_url, served_model, api)
     if report and out is None:
         raise typer.BadParameter("the report page is written into the run folder: add --out DIR", param_hint="--report")
@@ -252,8 +253,6 @@ def eval_command(
     policy: Any = None
     if any(a in _MODEL_AGENTS for a in agent):
         policy = build_policy(model, model_url, served_model, api, concurrency, request_timeout, device, err)
-        if generation_dtype != "auto" and hasattr(policy, "decode_mode"):  # an in-process model, told
-            policy.generation_dtype = generation_dtype
 
     def progress(r: EvalResult) -> None:
         served = r.config.get("model_usage")

@@ -54,6 +54,7 @@ from typing import Any
 
 from agents.baselines import Agent, EpisodeResult, make_agent, run_agent
 from agents.baselines.pipelines import PIPELINE_NAMES, Pipeline, make_pipeline, run_pipeline
+from agents.devices import GenerationSettings
 from agents.evaluation.summary import mean as _mean
 from agents.evaluation.summary import metric_means, share
 from agents.policies.base import Policy
@@ -187,14 +188,10 @@ class EvalResult:
         }
 
 
-def _set_generation_path(policy: Any, decode: str, cuda_graph: bool | None) -> None:
-    """Tell an in-process model (one with ``set_generation_path``) its decode loop and graph, where given."""
-    from agents.devices import DECODE_SETTINGS
-
-    if decode not in DECODE_SETTINGS:
-        raise ValueError(f"decode must be auto, static or dynamic, got {decode!r:.40}")
-    if hasattr(policy, "set_generation_path"):
-        policy.set_generation_path(decode=decode, cuda_graph=cuda_graph)
+def _tell_generation(policy: Any, told: GenerationSettings) -> None:
+    """Give an in-process model (one with ``generation`` settings) each part of ``told`` that is not ``auto``."""
+    if isinstance(getattr(policy, "generation", None), GenerationSettings):
+        policy.generation = policy.generation.overridden_by(told)
 
 
 def _episodes_in_flight(agent: Any, episodes: int, *, top_k: int, max_turns: int, max_new_tokens: int,
@@ -314,11 +311,15 @@ def evaluate(
         log: Called with a line of progress: one per finished batch of episodes, and one when a
             run continues from saved episodes.
         device: Where an agent that loads its own model (``searcher``) puts it (None: auto).
-        generation_dtype: What that model generates with (``auto``, ``float32``, ``bfloat16``; see
+        generation_dtype: What an in-process model generates from (``float32``: its weights;
+            ``bfloat16``, ``float16``: a copy in that dtype; ``auto``: the model's own choice, a
+            bfloat16 copy on CUDA, and for the searcher also on a CPU with native bfloat16, see
             :func:`agents.baselines.make_agent`).
         decode: The decode loop of an in-process model (``static``, ``dynamic``; ``auto``: the
-            model's own choice, static on CUDA; :class:`~agents.policies.hf.HFPolicy`).
-        cuda_graph: Whether that model captures its static decode step (None: its own choice, on CUDA).
+            model's own choice, static on CUDA).
+        cuda_graph: Whether that model's static loop takes the fixed-shape step (captured in a CUDA
+            graph on CUDA; None: its own choice, on CUDA). These three are one
+            :class:`~agents.devices.GenerationSettings` (:meth:`~agents.devices.GenerationSettings.from_options`).
         on_progress: Called with (episodes done, episodes in all) once the saved episodes are
             read and after every batch (saved episodes count as done), e.g. for a progress bar.
         infra_errors: ``"exclude"``: episodes in which the retriever failed are counted, not
@@ -337,6 +338,7 @@ def evaluate(
     """
     if infra_errors not in ("exclude", "score"):
         raise ValueError(f"infra_errors must be 'exclude' or 'score', got {infra_errors!r}")
+    told = GenerationSettings.from_options(decode=decode, cuda_graph=cuda_graph, generation_dtype=generation_dtype)
     examples, ret = load_split(task, split, retriever, corpus=corpus, n=n,
                                max_question_chars=(env_kwargs or {}).get("max_question_chars"))
     if isinstance(agent, str) and agent in PIPELINE_NAMES:
@@ -344,7 +346,7 @@ def evaluate(
     elif isinstance(agent, str):
         agent = make_agent(agent, policy=policy, max_new_tokens=max_new_tokens, seed=seed, device=device,
                            generation_dtype=generation_dtype)
-    _set_generation_path(getattr(agent, "policy", None), decode, cuda_graph)
+    _tell_generation(getattr(agent, "policy", None), told)
     if batch_size is None:
         batch_size = _episodes_in_flight(agent, len(examples), top_k=top_k, max_turns=max_turns,
                                          max_new_tokens=max_new_tokens, env_kwargs=env_kwargs)

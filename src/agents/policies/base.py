@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+#: A per-prompt seed in a backend's form (an int for a request, a generator for a model in process).
+S = TypeVar("S")
 
 
 @dataclass(frozen=True)
@@ -196,6 +199,55 @@ def request_seeds(seed: int | Sequence[int] | None, n: int) -> list[int | None]:
     if len(seed) != n:
         raise ValueError(f"seed has {len(seed)} entries for {n} prompts")
     return [int(np.random.SeedSequence(int(s) % (1 << 128)).generate_state(1)[0]) for s in seed]
+
+
+def prepare_prompts(
+    prompts: Sequence[Sequence[int]] | Sequence[str],
+    *,
+    stop: Sequence[str],
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float,
+    seed: int | Sequence[int] | None,
+    encode: Callable[[str], list[int]],
+    seeds: Callable[[int | Sequence[int] | None, int], list[S]],
+    vocab_size: int | None = None,
+) -> tuple[list[list[int]], list[S]]:
+    """What every ``generate`` does first: check the sampling arguments, encode each prompt, seed each prompt.
+
+    Args:
+        prompts: Token-id sequences, or strings (encoded with ``encode``).
+        stop: As for :meth:`Policy.generate` (checked by :func:`check_sampling`).
+        max_new_tokens: As for :meth:`Policy.generate`.
+        temperature: As for :meth:`Policy.generate`.
+        top_p: As for :meth:`Policy.generate`.
+        seed: As for :meth:`Policy.generate`.
+        encode: Text -> token ids, no special tokens added (the policy's ``encode``).
+        seeds: ``(seed, number of prompts)`` -> one seed per prompt in the backend's form:
+            :func:`request_seeds` for a backend that takes a seed per request, a generator per row
+            for a model in process.
+        vocab_size: For a model in process: every prompt must then be non-empty and its ids in
+            ``[0, vocab_size)``.
+
+    Returns:
+        The prompts as lists of token ids, and their seeds.
+
+    Raises:
+        TypeError: As :func:`check_sampling`, or for a ``seed`` of the wrong type.
+        ValueError: As :func:`check_sampling`, for per-prompt seeds of the wrong length, or an empty
+            prompt or an id outside the vocabulary (with ``vocab_size``).
+    """
+    check_sampling(prompts, stop, max_new_tokens, temperature, top_p)
+    ids: list[list[int]] = []
+    for i, p in enumerate(prompts):
+        row = encode(p) if isinstance(p, str) else [int(t) for t in p]  # type: ignore[call-overload]
+        if vocab_size is not None:
+            if not row:
+                raise ValueError(f"prompt {i} is empty")
+            if min(row) < 0 or max(row) >= vocab_size:
+                raise ValueError(f"prompt {i} has token ids outside [0, {vocab_size})")
+        ids.append(row)
+    return ids, seeds(seed, len(ids))
 
 
 def chat_template_ids(tokenizer: Any, messages: Sequence[Mapping[str, str]]) -> list[int]:

@@ -65,7 +65,14 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from agents.policies.base import Generation, GenerationError, chat_template_ids, check_sampling, request_seeds
+from agents.policies.base import (
+    Generation,
+    GenerationError,
+    chat_template_ids,
+    check_sampling,
+    prepare_prompts,
+    request_seeds,
+)
 from searchenv.protocols import tool_turn_text
 
 #: Environment variable read for the API key when none is given.
@@ -359,11 +366,10 @@ class OpenAICompletionsPolicy(_OpenAIBase):
                 message says why, and a :class:`~agents.policies.base.GenerationError` holding the
                 generations of the requests that did not fail).
         """
-        check_sampling(prompts, stop, max_new_tokens, temperature, top_p)
-        if not prompts:
+        ids, seeds = prepare_prompts(prompts, stop=stop, max_new_tokens=max_new_tokens, temperature=temperature,
+                                     top_p=top_p, seed=seed, encode=self.encode, seeds=request_seeds)
+        if not ids:
             return []
-        seeds = request_seeds(seed, len(prompts))
-        ids = [self.encode(p) if isinstance(p, str) else [int(t) for t in p] for p in prompts]
         try:
             common = {**self._sampling(max_new_tokens, temperature, top_p, stop), **self.extra_body}
             if self.prompt_format == "auto":

@@ -28,7 +28,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agents.policies.base import Generation, chat_template_ids, check_sampling, request_seeds
+from agents.policies.base import Generation, chat_template_ids, prepare_prompts, request_seeds
 
 
 def vllm_available() -> str | None:
@@ -107,9 +107,8 @@ class VLLMPolicy:
                  temperature: float, top_p: float, seed: int | Sequence[int] | None,
                  ) -> tuple[list[list[int]], list[int | None]]:
         """Checked sampling settings: the prompts as token ids, and one seed (or None) per prompt."""
-        check_sampling(prompts, stop, max_new_tokens, temperature, top_p)
-        ids = [self.encode(p) if isinstance(p, str) else [int(t) for t in p] for p in prompts]
-        return ids, request_seeds(seed, len(ids))
+        return prepare_prompts(prompts, stop=stop, max_new_tokens=max_new_tokens, temperature=temperature,
+                               top_p=top_p, seed=seed, encode=self.encode, seeds=request_seeds)
 
     def generate(
         self,

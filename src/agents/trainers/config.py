@@ -18,7 +18,7 @@ from typing import Any, ClassVar, TypeVar
 
 import tomllib
 
-from agents.devices import DECODE_SETTINGS, check_device_name, check_dtype_name
+from agents.devices import GenerationSettings, check_device_name, check_dtype_name
 
 C = TypeVar("C", bound="TrainConfig")
 
@@ -243,8 +243,9 @@ class RLConfig(TrainConfig):
         default=None,
         metadata=_help("Sample episodes from a copy of the weights in this dtype (bfloat16 | float16), refreshed "
                        "after every update; training and log-probs keep the weights' own dtype. float32: sample "
-                       "from the weights themselves. Unset: the device's fastest path (a bfloat16 copy of float32 "
-                       "weights on CUDA, the weights themselves elsewhere; agents.devices.fast_generation)."),
+                       "from the weights themselves. auto or unset: the device's fastest path (a bfloat16 copy of "
+                       "float32 weights on CUDA, the weights themselves elsewhere; "
+                       "agents.devices.GenerationSettings)."),
     )
     decode: str = field(
         default="auto",
@@ -253,7 +254,8 @@ class RLConfig(TrainConfig):
     )
     cuda_graph: bool | None = field(
         default=None,
-        metadata=_help("Capture the static loop's decode step in a CUDA graph (false: never). Unset: on CUDA."),
+        metadata=_help("Run the static loop's decode steps with fixed shapes, captured in a CUDA graph on CUDA "
+                       "(false: never). Unset: on CUDA."),
     )
 
     default_learning_rate: ClassVar[float] = 1e-6
@@ -263,6 +265,12 @@ class RLConfig(TrainConfig):
     def episodes_per_step(self) -> int:
         """Episodes sampled per step (``batch_size`` times the samples per question)."""
         return self.batch_size
+
+    @property
+    def generation(self) -> GenerationSettings:
+        """How the rollouts generate: ``decode``, ``cuda_graph`` and ``generation_dtype`` as one value."""
+        return GenerationSettings.from_options(decode=self.decode, cuda_graph=self.cuda_graph,
+                                               generation_dtype=self.generation_dtype)
 
     def __post_init__(self) -> None:
         """Validate (see :class:`TrainConfig`).
@@ -274,13 +282,7 @@ class RLConfig(TrainConfig):
 
         super().__post_init__()
         _positive_int(self, "batch_size", "epochs", "minibatches")
-        if self.generation_dtype not in (None, "float32", "bfloat16", "float16"):
-            raise ValueError(
-                f"generation_dtype must be float32, bfloat16, float16 or unset, got {self.generation_dtype!r}")
-        if self.decode not in DECODE_SETTINGS:
-            raise ValueError(f"decode must be auto, static or dynamic, got {self.decode!r}")
-        if self.cuda_graph is not None and not isinstance(self.cuda_graph, bool):
-            raise ValueError(f"cuda_graph must be true, false or unset, got {self.cuda_graph!r}")
+        _ = self.generation  # checks decode, cuda_graph and generation_dtype
         if self.minibatches > self.episodes_per_step:
             raise ValueError(
                 f"minibatches ({self.minibatches}) cannot exceed episodes per step ({self.episodes_per_step})"

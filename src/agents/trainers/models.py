@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from agents.devices import model_device, resolve_device, torch_dtype
+from agents.devices import GenerationSettings, model_device, resolve_device, torch_dtype
 from agents.trainers.checkpoints import (
     CHECKPOINT_NAME,
     CheckpointError,
@@ -63,9 +63,9 @@ def init_policy(cfg: TrainConfig, policy: Any = None, init_from: str | None = No
     if init_from is not None:
         load_weights(policy, init_from)
     prepare_model(policy, cfg)
-    told = (getattr(cfg, "decode", "auto"), getattr(cfg, "cuda_graph", None), getattr(cfg, "generation_dtype", None))
-    if told != ("auto", None, None):  # a bfloat16 copy is built at the first rollout, refreshed after each update
-        policy.set_generation_path(decode=told[0], cuda_graph=told[1], generation_dtype=told[2])
+    told = getattr(cfg, "generation", None)  # the RL configs' decode, cuda_graph and generation_dtype
+    if told is not None and told != GenerationSettings():  # a part not auto replaces the policy's own
+        policy.generation = policy.generation.overridden_by(told)  # a copy is built at the first rollout
     return policy
 
 
@@ -146,7 +146,7 @@ def _load_weights(policy: Any, ckpt: Mapping[str, Any], path: Path) -> None:
         return
     from peft import LoraConfig, get_peft_model
 
-    from agents.policies.hf.gguf import quiet_loading
+    from agents.policies.hf.loading import quiet_loading
 
     c = ckpt["config"]
     names = {n.rsplit(".", 1)[-1] for n, _ in policy.model.named_modules()}
@@ -183,7 +183,7 @@ def prepare_model(policy: Any, cfg: TrainConfig) -> None:
     if cfg.lora and not hasattr(model, "peft_config"):
         from peft import LoraConfig, get_peft_model
 
-        from agents.policies.hf.gguf import quiet_loading
+        from agents.policies.hf.loading import quiet_loading
 
         names = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
         targets = [t for t in cfg.lora_target_modules if t in names]

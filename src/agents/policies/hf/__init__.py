@@ -30,12 +30,13 @@ Generation runs its own sampling loop over the model's forward pass:
 
 Two decode loops give the same token ids, finish reasons and text for the same seeds (log-probs
 equal to float rounding: the batch shapes differ, so matrix products may round differently; a
-sampled token could only differ where a uniform falls within that rounding of a CDF step);
-``HFPolicy(decode=...)`` picks one; left to choose (``"auto"``, the default), a policy takes the
-path of :func:`agents.devices.fast_generation` for its model's device: on CUDA the static loop, its
-step captured in a CUDA graph, from a bfloat16 copy of float32 weights; elsewhere the dynamic loop
-from the weights themselves. ``decode=``, ``cuda_graph=False`` and ``generation_dtype="float32"``
-turn each part off.
+sampled token could only differ where a uniform falls within that rounding of a CDF step). How a
+policy generates is one :class:`agents.devices.GenerationSettings` value (``policy.generation``:
+the decode loop, the fixed-shape step, the generation dtype); each part left ``"auto"`` (the
+default) is decided at every call from the model's device (``policy.generation_path()``): on CUDA
+the static loop, its fixed-shape step captured in a CUDA graph, from a bfloat16 copy of float32
+weights; elsewhere the dynamic loop from the weights themselves. ``decode="dynamic"``,
+``fixed_shape_step=False`` and ``generation_dtype="float32"`` turn each part off.
 
 - ``"dynamic"``: the host reads every sampled token, checks each live row's stop
   strings by decoding its last window, draws each row's uniform from its own CPU generator, and
@@ -51,9 +52,9 @@ turn each part off.
   found to have stopped at step ``s`` keeps its tokens up to ``s``; later samples are discarded and
   the cache columns it was fed after ``s`` masked, so the prefix cache keeps exactly what the
   dynamic loop keeps. Meant for GPUs, where a step of a small model is Python and kernel-launch
-  overhead. With ``cuda_graph=True`` the step attends over the whole key/value buffer under a
-  fixed-shape mask and, on CUDA, is captured in a CUDA graph and replayed; its buffers and graph
-  are kept per (rows, capacity) bucket for later calls (``graphs``).
+  overhead. With ``fixed_shape_step=True`` each step attends over the whole key/value buffer under a
+  fixed-shape mask and, on CUDA, is captured in a CUDA graph and replayed (elsewhere it runs
+  eagerly); its buffers and graph are kept per (rows, capacity) bucket for later calls (``graphs``).
 - ``generation_dtype="bfloat16"`` samples from a bfloat16 copy of the weights, refreshed in place
   after every change of the model's own weights, which training and :meth:`HFPolicy.token_logprobs`
   keep using (``gen_weights``).
@@ -62,17 +63,17 @@ turn each part off.
 :meth:`HFPolicy.token_logprobs` recomputes per-token log-probs with gradient for training; at the
 same temperature they match the ``logprobs`` reported by :meth:`HFPolicy.generate`.
 
-Modules: ``gguf`` (finding, converting and loading models), ``kv_cache`` (buffers and the prefix
-store), ``sampling``, ``decode`` (the two loops, stop checks, the fixed-shape step), ``graphs``
-(capturing it, the stand-in graph, the per-bucket slots), ``gen_weights`` (the generation copy) and
-``policy``.
+Modules: ``loading`` (finding, converting and loading models), ``kv_cache`` (what a model's cache
+holds and costs, buffers and the prefix store), ``sampling``, ``decode`` (the two loops, stop
+checks, the fixed-shape step), ``graphs`` (capturing it, the stand-in graph, the per-bucket slots),
+``gen_weights`` (the generation copy) and ``policy``.
 """
 
-from agents.policies.hf.decode import DecodeLoops
-from agents.policies.hf.decode import _DecodeStep as _DecodeStep
+from agents.devices import DECODE_LOOPS as DECODE_MODES  # the older name
+from agents.policies.hf.decode import FixedShapeStep
 from agents.policies.hf.decode import _first_stop as _first_stop
 from agents.policies.hf.decode import _stop_window as _stop_window
-from agents.policies.hf.gguf import (
+from agents.policies.hf.loading import (
     DEFAULT_MODEL,
     PACKAGED_MODELS,
     convert_gguf,
@@ -81,16 +82,18 @@ from agents.policies.hf.gguf import (
     packaged_gguf_path,
     resolve_model_path,
 )
-from agents.policies.hf.policy import DECODE_MODES, HFPolicy
+from agents.policies.hf.policy import HFPolicy
 from agents.policies.hf.policy import _head_logits as _head_logits
 from agents.policies.hf.sampling import _row_generators as _row_generators
 from agents.policies.hf.sampling import _row_uniforms as _row_uniforms
+
+_DecodeStep = FixedShapeStep  # the older name
 
 __all__ = [
     "DECODE_MODES",
     "DEFAULT_MODEL",
     "PACKAGED_MODELS",
-    "DecodeLoops",
+    "FixedShapeStep",
     "HFPolicy",
     "convert_gguf",
     "load_model",

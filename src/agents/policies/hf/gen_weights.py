@@ -11,7 +11,7 @@ bumps them) with those seen at the last refresh and copies the values over in pl
 differ. In place matters: the copy's tensors keep their storage, so a CUDA graph captured over
 them stays valid and replays with the new values. A change of the master's structure (another
 model object, parameters moved to another device or replaced) rebuilds the copy, with new
-storage; the graph cache notices that through the weights' pointers (``decode.py``).
+storage; the graph cache notices that through the weights' pointers (``HFPolicy._step_for``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""The key/value cache of :class:`~agents.policies.hf.HFPolicy`: preallocated buffers and the prefix store.
+"""The key/value cache of :class:`~agents.policies.hf.HFPolicy`: its shape and cost, buffers, the prefix store.
 
-Each decode step writes one position into a preallocated buffer per layer (no per-step copies),
+What a model's cache holds per token (:func:`kv_shapes`, :func:`kv_bytes_per_token`) is read off
+its config here. Each decode step writes one position into a preallocated buffer per layer (no per-step copies),
 and the key/values of finished sequences are kept in a :class:`_PrefixStore`, so a prompt that
 extends one of them (an episode's next turn) only prefills its new tokens.
 """
@@ -38,6 +39,40 @@ def cache_inputs(module: Any, inputs: dict[str, Any]) -> dict[str, Any]:
         inputs = dict(inputs)
         inputs["cache"] = inputs.pop("past_key_values")
     return inputs
+
+
+def _text_config(model: Any) -> Any:
+    cfg = model.config
+    return cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+
+
+def kv_shapes(model: Any) -> list[tuple[int, int]]:
+    """``(key/value heads, head size)`` of each layer of ``model``'s key/value cache."""
+    text_cfg = _text_config(model)
+    heads = getattr(text_cfg, "num_key_value_heads", None) or text_cfg.num_attention_heads
+    dim = getattr(text_cfg, "head_dim", None) or text_cfg.hidden_size // text_cfg.num_attention_heads
+    return [(int(heads), int(dim))] * int(text_cfg.num_hidden_layers)
+
+
+def kv_bytes_per_token(model: Any, dtype: torch.dtype) -> int | None:
+    """Bytes of one token's keys and values over all layers of ``model`` in ``dtype``; None if its config won't say."""
+    try:
+        shapes = kv_shapes(model)
+    except (AttributeError, TypeError, ZeroDivisionError):
+        return None
+    return sum(2 * heads * dim for heads, dim in shapes) * dtype.itemsize
+
+
+def full_attention_only(model: Any) -> bool:
+    """Whether every layer of ``model`` attends to every earlier position (no sliding window).
+
+    The fixed-shape decode step builds its own full-attention mask over the whole buffer, in place
+    of transformers' mask building, so it is only right for such models.
+    """
+    text_cfg = _text_config(model)
+    layer_types = getattr(text_cfg, "layer_types", None) or []
+    sliding = getattr(text_cfg, "use_sliding_window", False) or any(t != "full_attention" for t in layer_types)
+    return not sliding
 
 
 def _kv_layer_class() -> type:

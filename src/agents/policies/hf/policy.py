@@ -2,34 +2,55 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from agents.devices import GenerationPath, GenerationSettings, torch_dtype
 from agents.policies.attention import use_grouped_sdpa
-from agents.policies.base import Generation, chat_template_ids, check_sampling
-from agents.policies.hf.decode import GRAPH_STATS, DecodeLoops, _cut_at_stop, _sync
+from agents.policies.base import Generation, chat_template_ids, prepare_prompts
+from agents.policies.hf.decode import (
+    GRAPH_STATS,
+    DecodeContext,
+    FixedShapeStep,
+    _cut_at_stop,
+    _sync,
+    decode_dynamic,
+    decode_static,
+)
 from agents.policies.hf.gen_weights import GenerationWeights
-from agents.policies.hf.gguf import DEFAULT_MODEL, _torch_dtype, load_model
 from agents.policies.hf.graphs import Capture, SlotCache
-from agents.policies.hf.kv_cache import _buffer_cache, _Entry, _PrefixStore, cache_inputs
+from agents.policies.hf.kv_cache import (
+    _buffer_cache,
+    _Entry,
+    _PrefixStore,
+    cache_inputs,
+    full_attention_only,
+    kv_bytes_per_token,
+    kv_shapes,
+)
+from agents.policies.hf.loading import DEFAULT_MODEL, load_model
 from agents.policies.hf.sampling import _row_generators
 
 if TYPE_CHECKING:
     import torch
 
 
-#: The decode loops of :meth:`HFPolicy.generate` (see the module docstring).
-DECODE_MODES = ("dynamic", "static")
 # Config fields that change how logits follow from hidden states (then token_logprobs runs the full head).
 _LOGIT_TRANSFORMS = ("final_logit_softcapping", "logits_scaling", "logit_scale", "output_multiplier_scale")
 
 
-class HFPolicy(DecodeLoops):
+class HFPolicy:
     """A transformers causal LM as a :class:`~agents.policies.base.TrainablePolicy`.
+
+    How it generates is one :class:`~agents.devices.GenerationSettings` value, :attr:`generation`,
+    made from ``decode``, ``fixed_shape_step`` and ``generation_dtype``; each part left ``auto`` is
+    decided at every :meth:`generate` from where the model is then (:meth:`generation_path`).
 
     Args:
         model: A model name or path (see :func:`resolve_model_path`), or an already-built
@@ -43,27 +64,27 @@ class HFPolicy(DecodeLoops):
         prefix_cache: Keep the previous call's key/values to skip re-reading shared prefixes.
         eos_token_ids: Tokens that end a sequence; default the tokenizer's and generation config's EOS.
         decode: ``"dynamic"``, ``"static"`` (see the module docstring; both give the same tokens,
-            log-probs and finish reasons for the same seeds) or ``"auto"`` (default): the loop of
-            :func:`agents.devices.fast_generation` for the model's device, ``static`` on CUDA and
-            ``dynamic`` elsewhere, chosen again if the model moves to another kind of device.
-        sync_every: With ``decode="static"``, decode steps between reads of the sampled tokens by the
+            log-probs and finish reasons for the same seeds) or ``"auto"`` (default): ``static`` on a
+            CUDA device, ``dynamic`` elsewhere.
+        sync_every: With the static loop, decode steps between reads of the sampled tokens by the
             host (where stop strings are checked); at most this many steps are computed past the
             point where every row has finished.
-        cuda_graph: With ``decode="static"``, run each decode step over the whole key/value buffer
-            (the same tensor shapes every step) and, on a CUDA device, capture it once per batch in a
-            ``torch.cuda.CUDAGraph`` and replay it. None (default): on for a CUDA device, off
-            elsewhere (as :func:`agents.devices.fast_generation` says); False turns it off. On a CPU
-            the fixed-shape step runs eagerly (that is how the CPU tests check it). The step's
-            key/value buffers and its graph are kept for later calls of the same (rows, capacity)
-            bucket (see ``graph_buckets``).
-        generation_dtype: ``"bfloat16"`` or ``"float16"`` to generate from a copy of the weights in
-            that dtype (and a key/value cache in it) while :meth:`token_logprobs` and training keep
-            the model's own weights; the copy follows every in-place change of those weights
-            (an optimizer step) before the next :meth:`generate`. None or ``"float32"``: generate
-            from the model's weights, no copy held. ``"auto"`` (default): a bfloat16 copy of
-            float32 weights on a CUDA device, none elsewhere (:func:`agents.devices.fast_generation`).
-        graph_buckets: With ``cuda_graph=True``, how many (rows, capacity) buckets keep their
-            buffers and captured graph between calls (least recently used dropped first).
+        fixed_shape_step: With the static loop, run each decode step over the whole key/value
+            buffer (the same tensor shapes every step): on a CUDA device it is captured once per
+            bucket in a ``torch.cuda.CUDAGraph`` and replayed, elsewhere it runs eagerly (that is how
+            the CPU tests check it). ``"auto"`` (default): on for a CUDA device. A model with
+            sliding-window layers cannot take it: its static loop calls the model step by step, and
+            says so once. The step's key/value buffers and its graph are kept for later calls of the
+            same (rows, capacity) bucket (see ``graph_buckets``).
+        generation_dtype: ``"bfloat16"`` or ``"float16"`` (or a torch dtype) to generate from a copy
+            of the weights in that dtype (and a key/value cache in it) while :meth:`token_logprobs`
+            and training keep the model's own weights; the copy follows every in-place change of
+            those weights (an optimizer step) before the next :meth:`generate`. ``"float32"``:
+            generate from the model's weights, no copy held. ``"auto"`` (default): a bfloat16 copy of
+            float32 weights on a CUDA device, none elsewhere. None is an older spelling of ``"float32"``.
+        graph_buckets: How many (rows, capacity) buckets of the fixed-shape step keep their buffers
+            and captured graph between calls (least recently used dropped first).
+        cuda_graph: The older name of ``fixed_shape_step`` (None: not given).
 
     Attributes:
         model: The torch model (trainers may replace it, e.g. with a LoRA-wrapped one).
@@ -86,16 +107,14 @@ class HFPolicy(DecodeLoops):
         eos_token_ids: Sequence[int] | None = None,
         decode: str = "auto",
         sync_every: int = 8,
-        cuda_graph: bool | None = None,
+        fixed_shape_step: str | bool = "auto",
         generation_dtype: str | torch.dtype | None = "auto",
         graph_buckets: int = 2,
+        cuda_graph: bool | None = None,
     ) -> None:
         import torch
 
-        if decode != "auto" and decode not in DECODE_MODES:
-            raise ValueError(f"decode must be auto or one of {DECODE_MODES}, got {decode!r}")
-        if cuda_graph is not None and not isinstance(cuda_graph, bool):
-            raise ValueError(f"cuda_graph must be a bool or None, got {cuda_graph!r}")
+        settings = _settings(decode, fixed_shape_step, generation_dtype, cuda_graph)
         for field, value in (
             ("max_batch_size", max_batch_size), ("prefill_tokens", prefill_tokens), ("sync_every", sync_every),
             ("graph_buckets", graph_buckets),
@@ -111,9 +130,8 @@ class HFPolicy(DecodeLoops):
                 raise TypeError(f"model must be a name, a path or a torch model, got {type(model).__name__}")
             if tokenizer is None:
                 raise ValueError("tokenizer is required when model is a model object")
-            torch_dtype = _torch_dtype(dtype)
-            if torch_dtype is not None:
-                model.to(torch_dtype)
+            if dtype is not None:
+                model.to(torch_dtype(dtype))
             if device is not None:
                 model.to(device)
         use_grouped_sdpa(model)  # same results; no key/value copies for grouped-query heads on the CPU
@@ -122,13 +140,7 @@ class HFPolicy(DecodeLoops):
         self.max_batch_size = max_batch_size
         self.prefill_tokens = prefill_tokens
         self.prefix_cache = prefix_cache
-        #: The settings left to the device (``auto``), resolved by :meth:`_follow_device`.
-        self._auto = {"decode": decode == "auto", "cuda_graph": cuda_graph is None,
-                      "generation_dtype": isinstance(generation_dtype, str) and generation_dtype == "auto"}
-        self._auto_for: str | None = None  # the device type they were resolved for
-        self._decode_mode = "dynamic" if decode == "auto" else decode
         self.sync_every = sync_every
-        self._cuda_graph = bool(cuda_graph)
         self.eos_token_ids = frozenset(int(t) for t in eos_token_ids) if eos_token_ids is not None else self._eos_ids()
         #: Work counters since construction (or :meth:`reset_stats`): calls, prefill tokens (real) and
         #: positions (padded), decode steps, tokens (live rows) and positions (batch rows), and seconds.
@@ -143,10 +155,9 @@ class HFPolicy(DecodeLoops):
         self._pieces: tuple[int, list[str | None]] | None = None
         self.graph_capture: Capture | None = None
         self._slots = SlotCache(graph_buckets)
-        self._gen: GenerationWeights | None = None
-        self._active: Any = None  # the model of the generate call in progress
-        self._set_generation_dtype(None if self._auto["generation_dtype"] else generation_dtype)
-        self._follow_device()
+        self._gen: GenerationWeights | None = None  # the copy of the weights generation runs from, if any
+        self._said_no_fixed_step = False
+        self._generation = settings
 
     @classmethod
     def from_pretrained(cls, name_or_path: str | os.PathLike[str] = DEFAULT_MODEL, **kwargs: Any) -> HFPolicy:
@@ -211,109 +222,62 @@ class HFPolicy(DecodeLoops):
         self._store.clear()
         self._slots.clear()
 
-    # ---- the generation path: the decode loop, the graph, the copy of the weights ----------------
+    # ---- how it generates: the settings, what they mean where the model is now, the generating model ----
     @property
-    def decode_mode(self) -> str:
-        """The decode loop, ``"dynamic"`` or ``"static"`` (setting it stops ``decode="auto"`` choosing it)."""
-        return self._decode_mode
+    def generation(self) -> GenerationSettings:
+        """How this policy generates (each part ``auto`` or given); assign a new value to change it.
 
-    @decode_mode.setter
-    def decode_mode(self, value: str) -> None:
-        if value not in DECODE_MODES:
-            raise ValueError(f"decode must be one of {DECODE_MODES}, got {value!r}")
-        self._auto["decode"] = False
-        self._decode_mode = value
-
-    @property
-    def cuda_graph(self) -> bool:
-        """Whether the static loop's fixed-shape step is captured (setting it stops the device choosing it)."""
-        return self._cuda_graph
-
-    @cuda_graph.setter
-    def cuda_graph(self, value: bool) -> None:
-        if not isinstance(value, bool):
-            raise ValueError(f"cuda_graph must be a bool, got {value!r}")
-        self._auto["cuda_graph"] = False
-        self._cuda_graph = value
-
-    def set_generation_path(self, *, decode: str = "auto", cuda_graph: bool | None = None,
-                            generation_dtype: str | None = "auto") -> None:
-        """Tell the policy the parts of its generation path given here; ``auto`` or None leave a part as it is.
-
-        Args:
-            decode: ``static`` or ``dynamic`` (see :attr:`decode_mode`).
-            cuda_graph: Whether the static step is captured (see :attr:`cuda_graph`).
-            generation_dtype: ``float32``, ``bfloat16`` or ``float16`` (see :attr:`generation_dtype`).
+        A copy of the weights the new value does not use is freed at once, with the decode buckets
+        kept for it.
         """
-        if decode != "auto":
-            self.decode_mode = decode
-        if cuda_graph is not None:
-            self.cuda_graph = cuda_graph
-        if generation_dtype not in (None, "auto"):
-            self.generation_dtype = generation_dtype
+        return self._generation
 
-    def _follow_device(self) -> None:
-        """Resolve the settings left to the device (``auto``) for where the model is now.
+    @generation.setter
+    def generation(self, value: GenerationSettings) -> None:
+        if not isinstance(value, GenerationSettings):
+            raise TypeError(f"generation must be a GenerationSettings, got {type(value).__name__}")
+        self._generation = value
+        self._fit_copy(self.generation_path())
 
-        Done when the policy is made and again at a :meth:`generate` that finds the model on
-        another kind of device (a trainer moved it); a setting given or set explicitly stays.
+    def generation_path(self) -> GenerationPath:
+        """What :meth:`generate` runs now: :attr:`generation` for the model's device and weights' dtype.
+
+        Decided afresh at every call (never kept), so a model a trainer moves to another device takes
+        that device's path at its next :meth:`generate`.
         """
-        from agents.devices import fast_generation
-
-        device = self.device
-        if device.type == self._auto_for:
-            return
-        self._auto_for = device.type
-        path = fast_generation(device)
-        if self._auto["decode"]:
-            self._decode_mode = path.decode
-        if self._auto["cuda_graph"]:
-            self._cuda_graph = path.cuda_graph
-        if self._auto["generation_dtype"]:
-            import torch
-
-            own = next(self.model.parameters()).dtype
-            self._set_generation_dtype(path.dtype if own == torch.float32 else None)
+        param = next(self.model.parameters())
+        return self.generation.resolve(param.device, param.dtype)
 
     @property
     def generation_dtype(self) -> torch.dtype | None:
-        """The dtype of the generation copy of the weights; None when generation uses the model's own.
-
-        Setting it builds nothing yet (the copy is made at the next :meth:`generate`); setting None
-        frees the copy and the decode buckets kept for it.
-        """
-        return self._gen.dtype if self._gen is not None else None
-
-    @generation_dtype.setter
-    def generation_dtype(self, value: str | torch.dtype | None) -> None:
-        if isinstance(value, str) and value == "auto":
-            self._auto["generation_dtype"], self._auto_for = True, None
-            self._follow_device()
-            return
-        self._auto["generation_dtype"] = False
-        self._set_generation_dtype(value)
-
-    def _set_generation_dtype(self, value: str | torch.dtype | None) -> None:
-        if isinstance(value, str) and value == "float32":
-            value = None
-        dtype = _torch_dtype(value) if value is not None else None
-        if dtype == (self._gen.dtype if self._gen is not None else None):
-            return
-        if self._gen is not None:
-            self._gen.drop()
-        self._gen = GenerationWeights(dtype) if dtype is not None else None
-        self._slots.clear()
-        self._store.clear()
+        """The dtype of the copy of the weights generation runs from now; None: the model's own weights."""
+        name = self.generation_path().dtype
+        return None if name is None else torch_dtype(name)
 
     @property
     def generation_model(self) -> Any:
-        """The module :meth:`generate` runs: the generation copy (refreshed if the model changed) or the model."""
+        """The model that generates: the copy of the weights (refreshed if the model changed), or the model."""
+        return self._generation_model(self.generation_path())
+
+    def _generation_model(self, path: GenerationPath) -> Any:
+        self._fit_copy(path)
         if self._gen is None:
             return self.model
         import torch
 
         with torch.no_grad():
             return self._gen.model(self.model)
+
+    def _fit_copy(self, path: GenerationPath) -> None:
+        """Hold a copy of the weights in ``path.dtype`` (built at its first use), or none; free one in another dtype."""
+        want = torch_dtype(path.dtype) if path.dtype is not None else None
+        if want == (self._gen.dtype if self._gen is not None else None):
+            return
+        if self._gen is not None:
+            self._gen.drop()
+        self._gen = GenerationWeights(want) if want is not None else None
+        self._slots.clear()
+        self._store.clear()
 
     def refresh_generation_weights(self) -> bool:
         """Copy the model's current weights into the generation copy now (in place); False if there is none.
@@ -323,8 +287,11 @@ class HFPolicy(DecodeLoops):
         """
         return self._gen.refresh(self.model) if self._gen is not None else False
 
-    def _generation_model(self) -> Any:
-        return self._active if self._active is not None else self.model
+    def kv_bytes_per_token(self) -> int | None:
+        """Bytes of one token's keys and values over every layer, as generation now holds them (None if unknown)."""
+        own = next(self.model.parameters()).dtype
+        copy = self.generation_dtype
+        return kv_bytes_per_token(self.model, copy if copy is not None else own)
 
     # ---- generation --------------------------------------------------------------------------
     def generate(
@@ -356,10 +323,14 @@ class HFPolicy(DecodeLoops):
         """
         import torch
 
-        id_prompts = self._check_generate_args(prompts, stop, max_new_tokens, temperature, top_p)
-        self._follow_device()  # a trainer may have moved the model since the last call
-        generators = _row_generators(seed, len(id_prompts))
-        fingerprint = self._fingerprint()
+        id_prompts, generators = prepare_prompts(
+            prompts, stop=stop, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed,
+            encode=self.encode, seeds=_row_generators,
+            vocab_size=int(self.model.get_input_embeddings().num_embeddings),
+        )
+        path = self.generation_path()  # a trainer may have moved the model since the last call
+        model = self._generation_model(path)
+        fingerprint = self._fingerprint(path)
         if not self.prefix_cache or self._store.fingerprint != fingerprint:
             self._store.clear()
         self.stats["calls"] += 1
@@ -368,7 +339,6 @@ class HFPolicy(DecodeLoops):
         self._store.fingerprint = fingerprint
         was_training = self.model.training
         self.model.eval()
-        self._active = self.generation_model
         out: list[Generation] = []
         try:
             with torch.inference_mode():
@@ -378,37 +348,20 @@ class HFPolicy(DecodeLoops):
                         self._generate_chunk(
                             id_prompts[b : b + step], generators[b : b + step], old,
                             tuple(stop), max_new_tokens, float(temperature), float(top_p),
-                            last=b + step >= len(id_prompts),
+                            model=model, path=path, last=b + step >= len(id_prompts),
                         )
                     )
         finally:
-            self._active = None
             if was_training:
                 self.model.train()
         if not self.prefix_cache:
             self._store.clear()
         return out
 
-    def _check_generate_args(
-        self, prompts: Sequence[Sequence[int]] | Sequence[str], stop: Sequence[str],
-        max_new_tokens: int, temperature: float, top_p: float,
-    ) -> list[list[int]]:
-        check_sampling(prompts, stop, max_new_tokens, temperature, top_p)
-        vocab = int(self.model.get_input_embeddings().num_embeddings)
-        out: list[list[int]] = []
-        for i, p in enumerate(prompts):
-            ids = self.encode(p) if isinstance(p, str) else [int(t) for t in p]  # type: ignore[call-overload]
-            if not ids:
-                raise ValueError(f"prompt {i} is empty")
-            if min(ids) < 0 or max(ids) >= vocab:
-                raise ValueError(f"prompt {i} has token ids outside [0, {vocab})")
-            out.append(ids)
-        return out
-
-    def _fingerprint(self) -> tuple[Any, ...]:
+    def _fingerprint(self, path: GenerationPath) -> tuple[Any, ...]:
         params = list(self.model.parameters())
-        return (id(self.model), params[0].dtype, params[0].device, self.generation_dtype,
-                tuple(p._version for p in params))
+        copy = torch_dtype(path.dtype) if path.dtype is not None else None
+        return (id(self.model), params[0].dtype, params[0].device, copy, tuple(p._version for p in params))
 
     def _generate_chunk(
         self,
@@ -420,8 +373,11 @@ class HFPolicy(DecodeLoops):
         temperature: float,
         top_p: float,
         *,
+        model: Any,
+        path: GenerationPath,
         last: bool,
     ) -> list[Generation]:
+        """Generate for one chunk of prompts from ``model`` (the generating model) the way ``path`` says."""
         import torch
 
         device = self.device
@@ -429,30 +385,37 @@ class HFPolicy(DecodeLoops):
         unique: dict[tuple[int, ...], int] = {}
         row_of = [unique.setdefault(tuple(p), len(unique)) for p in prompts]
         uniq = [np.asarray(k, dtype=np.int64) for k in unique]
-        self._share_common_prefix(uniq, old)
+        self._share_common_prefix(uniq, old, model)
         plan = [old.match(p) for p in uniq]
         plan = [(e, min(n, len(p) - 1)) if e >= 0 else (-1, 0) for (e, n), p in zip(plan, uniq, strict=True)]
 
-        cache, mask, lengths, last_logits = self._prefill(uniq, plan, old, max_new)
+        cache, mask, lengths, last_logits = self._prefill(uniq, plan, old, max_new, model)
         if last:
             old.clear()  # everything reusable is in the batch cache now; free it before decoding
         step_fn = None
         index = torch.tensor(row_of, device=device)
-        if self.decode_mode == "static" and self.cuda_graph and self._fixed_shapes_ok():
-            step_fn = self._step_for(len(prompts), mask.shape[1])  # the bucket's kept buffers and graph
+        if path.fixed_shape_step and self._fixed_step_fits():
+            step_fn = self._step_for(len(prompts), mask.shape[1], model)  # the bucket's kept buffers and graph
             cache, mask = step_fn.load(cache, mask, index)
             lengths, last_logits = lengths[index], last_logits[index]
         elif len(uniq) != len(prompts):
             for layer in cache.layers:
                 layer.select_rows(index)
             mask, lengths, last_logits = mask[index], lengths[index], last_logits[index]
-        if self.decode_mode == "static":
-            gen_ids, gen_lps, finish = self._decode_static(
-                prompts, generators, cache, mask, lengths, last_logits, stop, max_new, temperature, top_p, step_fn
+        ctx = DecodeContext(
+            forward=functools.partial(self._last_logits, model), keep=self._keep, text=self.decode,
+            eos_token_ids=self.eos_token_ids, pad_token_id=self.pad_token_id, device=device, stats=self.stats,
+            capture=self.graph_capture,
+        )
+        if path.decode == "static":
+            gen_ids, gen_lps, finish = decode_static(
+                ctx, prompts, generators, cache, mask, lengths, last_logits, stop, max_new, temperature, top_p,
+                sync_every=self.sync_every, candidates=self._stop_candidates(stop) if stop else None,
+                step_fn=step_fn,
             )
         else:
-            gen_ids, gen_lps, finish = self._decode_dynamic(
-                prompts, generators, cache, mask, lengths, last_logits, stop, max_new, temperature, top_p
+            gen_ids, gen_lps, finish = decode_dynamic(
+                ctx, prompts, generators, cache, mask, lengths, last_logits, stop, max_new, temperature, top_p
             )
         results = []
         for r in range(len(prompts)):
@@ -463,7 +426,7 @@ class HFPolicy(DecodeLoops):
             results.append(Generation(text, tuple(ids), tuple(gen_lps[r]), str(finish[r])))
         return results
 
-    def _share_common_prefix(self, uniq: list[np.ndarray], old: _PrefixStore) -> None:
+    def _share_common_prefix(self, uniq: list[np.ndarray], old: _PrefixStore, model: Any) -> None:
         """Prefill a long prefix shared by all prompts once (a system prompt), as a store entry."""
         if len(uniq) < 2:
             return
@@ -480,13 +443,13 @@ class HFPolicy(DecodeLoops):
         if common < 16 or old.match(first[:common])[1] >= common:
             return
         prefix = first[:common]
-        cache, mask, _, _ = self._prefill([prefix], [(-1, 0)], old, 0)
+        cache, mask, _, _ = self._prefill([prefix], [(-1, 0)], old, 0, model)
         self._keep_into(old, prefix.tolist(), [], cache, mask, 0, common)
 
     def _prefill(
-        self, uniq: list[np.ndarray], plan: list[tuple[int, int]], old: _PrefixStore, room: int
+        self, uniq: list[np.ndarray], plan: list[tuple[int, int]], old: _PrefixStore, room: int, model: Any
     ) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Build a left-padded batch cache from reused prefixes, then feed the rest of each prompt.
+        """Build a left-padded batch cache from reused prefixes, then feed the rest of each prompt to ``model``.
 
         ``room`` positions are reserved after the prompts for generated tokens.
         """
@@ -502,9 +465,9 @@ class HFPolicy(DecodeLoops):
         cap = total + room + 1
         layers: list[tuple[torch.Tensor, torch.Tensor]] = []
         mask = torch.zeros((u, cap), dtype=torch.long, device=device)
-        template = self._kv_shapes()
-        for heads, dim in template:
-            kb = torch.zeros((u, heads, cap, dim), dtype=self._kv_dtype(), device=device)
+        kv_dtype = next(model.parameters()).dtype
+        for heads, dim in kv_shapes(self.model):
+            kb = torch.zeros((u, heads, cap, dim), dtype=kv_dtype, device=device)
             layers.append((kb, torch.zeros_like(kb)))
         for i, (e, n) in enumerate(plan):
             if n:
@@ -526,7 +489,8 @@ class HFPolicy(DecodeLoops):
             sub = _buffer_cache([(kb[a:b], vb[a:b]) for kb, vb in layers], width_p)
             parts.append(
                 self._last_logits(
-                    input_ids=ids[a:b], attention_mask=mask[a:b, :total], position_ids=pos[a:b], past_key_values=sub
+                    model, input_ids=ids[a:b], attention_mask=mask[a:b, :total], position_ids=pos[a:b],
+                    past_key_values=sub,
                 )
             )
             for (kb, _vb), layer in zip(layers, sub.layers, strict=True):
@@ -550,9 +514,8 @@ class HFPolicy(DecodeLoops):
             return None
         return decoder, head
 
-    def _last_logits(self, **inputs: Any) -> torch.Tensor:
-        """Float32 next-token logits ``[rows, vocab]`` at the last position of a cached forward pass."""
-        model = self._generation_model()
+    def _last_logits(self, model: Any, **inputs: Any) -> torch.Tensor:
+        """Float32 next-token logits ``[rows, vocab]`` at the last position of a cached forward pass of ``model``."""
         split = self._decoder_and_head(model)
         if split is None:
             out = model(**cache_inputs(model, inputs), use_cache=True, logits_to_keep=1)
@@ -561,15 +524,100 @@ class HFPolicy(DecodeLoops):
         hidden = decoder(**cache_inputs(decoder, inputs), use_cache=True).last_hidden_state[:, -1]
         return _head_logits(head, hidden).float()
 
-    def _kv_shapes(self) -> list[tuple[int, int]]:
-        cfg = self.model.config
-        text_cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
-        heads = getattr(text_cfg, "num_key_value_heads", None) or text_cfg.num_attention_heads
-        dim = getattr(text_cfg, "head_dim", None) or text_cfg.hidden_size // text_cfg.num_attention_heads
-        return [(int(heads), int(dim))] * int(text_cfg.num_hidden_layers)
+    def _fixed_step_fits(self) -> bool:
+        """Whether the model can take the fixed-shape step (full attention only); says once when it cannot."""
+        if full_attention_only(self.model):
+            return True
+        if not self._said_no_fixed_step:
+            self._said_no_fixed_step = True
+            warnings.warn(
+                f"the fixed-shape decode step needs full attention in every layer, and {type(self.model).__name__} "
+                "has sliding-window layers: its static loop calls the model step by step instead",
+                stacklevel=4,
+            )
+        return False
 
-    def _kv_dtype(self) -> torch.dtype:
-        return next(self._generation_model().parameters()).dtype
+    def _step_for(self, rows: int, capacity: int, model: Any) -> FixedShapeStep:
+        """The kept fixed-shape step of the bucket of ``rows`` x ``capacity`` for ``model`` (built on first use).
+
+        Kept per (rows bucket, capacity bucket, dtype, device) in :attr:`_slots`, at most
+        ``graph_buckets`` of them; dropped all at once when the generating weights' storage moves
+        (another model, a rebuilt generation copy, a move to another device), since a captured graph
+        reads the weights where they were. Weights updated in place (an optimizer step, a refreshed
+        generation copy) keep their storage, so the graphs stay and replay with the new values.
+        """
+        from agents.policies.hf.graphs import capacity_bucket, row_bucket, weights_key
+
+        dtype, device = next(model.parameters()).dtype, self.device
+        key = (row_bucket(rows), capacity_bucket(capacity), dtype, device)
+        evictions = self._slots.evictions
+        step: FixedShapeStep = self._slots.get(
+            key, weights_key(model),
+            lambda: FixedShapeStep(functools.partial(self._last_logits, model), model, self.pad_token_id,
+                                   key[0], key[1], kv_shapes(self.model), dtype, device),
+        )
+        self.stats["graph_evictions"] += self._slots.evictions - evictions
+        return step
+
+    def _stop_candidates(self, stop: tuple[str, ...]) -> np.ndarray | None:
+        """Per token id, whether its arrival can complete a stop string; None if every token must be checked.
+
+        A token is a candidate if its text in context (after a one-letter anchor token) contains the
+        last character of a stop string or a replacement character (an incomplete UTF-8 sequence,
+        which the next token may complete), if that text differs from the token decoded alone
+        (context-dependent decoding, such as a leading space a SentencePiece decoder strips), or if
+        the tokenizer cannot decode it. A non-candidate ``t`` then satisfies
+        ``decode(ids + [t]) == decode(ids) + piece(t)`` with no stop string ending inside ``piece(t)``,
+        so a stop string that is absent before ``t`` is absent after it. Stop strings that contain a
+        replacement character themselves can appear when the check window slides, so they turn the
+        filter off. Computed once per (tokenizer, stop set).
+        """
+        if any("\ufffd" in s for s in stop):
+            return None
+        key = (id(self.tokenizer), stop)
+        if key in self._stop_candidate_sets:
+            return self._stop_candidate_sets[key]
+        pieces = self._token_pieces()
+        if pieces is None:
+            cand = None
+        else:
+            last = {s[-1] for s in stop}
+            cand = np.fromiter(
+                (p is None or "\ufffd" in p or any(c in p for c in last) for p in pieces), dtype=bool, count=len(pieces)
+            )
+        if len(self._stop_candidate_sets) >= 32:
+            self._stop_candidate_sets.clear()
+        self._stop_candidate_sets[key] = cand
+        return cand
+
+    def _token_pieces(self) -> list[str | None] | None:
+        """Each token's text after a one-letter anchor token (None where it differs from its text alone).
+
+        None overall if no single token decodes to one of the anchor letters.
+        """
+        if self._pieces is not None and self._pieces[0] == id(self.tokenizer):
+            return self._pieces[1]
+        anchor = None
+        for ch in ("a", "x", "0"):
+            enc = self.encode(ch)
+            if len(enc) == 1 and self.decode(enc) == ch:
+                anchor = enc[0]
+                break
+        if anchor is None:
+            return None
+        vocab = int(self.model.get_input_embeddings().num_embeddings)
+        known = min(vocab, len(self.tokenizer))
+        kwargs = {"skip_special_tokens": True, "clean_up_tokenization_spaces": False}
+        alone = self.tokenizer.batch_decode([[i] for i in range(known)], **kwargs)
+        paired = self.tokenizer.batch_decode([[anchor, i] for i in range(known)], **kwargs)
+        prefix = self.decode([anchor])
+        pieces: list[str | None] = [
+            p[len(prefix) :] if p.startswith(prefix) and p[len(prefix) :] == a else None
+            for p, a in zip(paired, alone, strict=True)
+        ]
+        pieces.extend([None] * (vocab - known))  # ids the tokenizer does not know: always checked
+        self._pieces = (id(self.tokenizer), pieces)
+        return pieces
 
     def _keep(
         self, prompt: list[int], generated: list[int], cache: Any, mask: torch.Tensor, b: int, width: int
@@ -643,6 +691,24 @@ class HFPolicy(DecodeLoops):
             picked_logits = logits[rows, cols - 1].float() / temp
             lps = picked_logits.gather(1, targets[:, None]).squeeze(1) - picked_logits.logsumexp(-1)
         return list(lps.split([len(s) - st for s, st in pairs]))
+
+
+def _settings(decode: str, fixed_shape_step: str | bool, generation_dtype: Any, cuda_graph: bool | None,
+              ) -> GenerationSettings:
+    """:class:`HFPolicy`'s generation arguments as one value (``cuda_graph``, a torch dtype, None: older spellings)."""
+    if cuda_graph is not None:
+        warnings.warn("HFPolicy(cuda_graph=...) is now HFPolicy(fixed_shape_step=...)", DeprecationWarning,
+                      stacklevel=3)
+        if not (isinstance(fixed_shape_step, str) and fixed_shape_step == "auto"):
+            raise ValueError("give fixed_shape_step or its older name cuda_graph, not both")
+        fixed_shape_step = cuda_graph
+    if generation_dtype is None:
+        warnings.warn('HFPolicy(generation_dtype=None) is now generation_dtype="float32" (the model\'s own weights)',
+                      DeprecationWarning, stacklevel=3)
+        generation_dtype = "float32"
+    elif not isinstance(generation_dtype, str):  # a torch dtype
+        generation_dtype = str(generation_dtype).removeprefix("torch.")
+    return GenerationSettings(decode=decode, fixed_shape_step=fixed_shape_step, dtype=generation_dtype)
 
 
 def _head_logits(head: Any, hidden: torch.Tensor) -> torch.Tensor:

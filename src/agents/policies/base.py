@@ -6,6 +6,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from searchenv.errors import GenerationError as GenerationError  # defined with every error
+
 #: A per-prompt seed in a backend's form (an int for a request, a generator for a model in process).
 S = TypeVar("S")
 
@@ -38,22 +40,6 @@ class Generation:
     def num_tokens(self) -> int:
         """Tokens generated: ``n_tokens`` when the backend reported it, else ``len(token_ids)``."""
         return self.n_tokens if self.n_tokens is not None else len(self.token_ids)
-
-
-class GenerationError(RuntimeError):
-    """Some prompts of a batched call got no generation (a model server's requests failed).
-
-    The others did: an agent keeps them and fails only the episodes whose prompt failed.
-
-    Attributes:
-        results: Per prompt, in order: its :class:`Generation`, or None where it failed.
-        errors: Per prompt: why it failed, or None where it did not.
-    """
-
-    def __init__(self, message: str, results: Sequence[Generation | None], errors: Sequence[str | None]) -> None:
-        super().__init__(message)
-        self.results = list(results)
-        self.errors = list(errors)
 
 
 @runtime_checkable

@@ -67,12 +67,12 @@ from urllib.parse import urlsplit, urlunsplit
 
 from agents.policies.base import (
     Generation,
-    GenerationError,
     chat_template_ids,
     check_sampling,
     prepare_prompts,
     request_seeds,
 )
+from searchenv.errors import ModelRequestsError, ModelServerError
 from searchenv.protocols import tool_turn_text
 
 #: Environment variable read for the API key when none is given.
@@ -81,19 +81,6 @@ API_KEY_ENV = "OPENAI_API_KEY"
 #: ``content`` (vLLM and SGLang: ``reasoning_content``; some servers: ``reasoning``).
 REASONING_FIELDS = ("reasoning_content", "reasoning")
 PROMPT_FORMATS = ("auto", "ids", "text")
-
-
-class ModelServerError(RuntimeError):
-    """A request to the model server failed (the message names the URL and the reason)."""
-
-    http_status: int | None = None
-
-
-class ModelRequestsError(ModelServerError, GenerationError):
-    """Some requests of one ``generate`` call failed after their retries; the rest are in ``results``.
-
-    The message is the failure's (the first one's, with how many failed, when several did).
-    """
 
 
 def api_base(url: str) -> str:

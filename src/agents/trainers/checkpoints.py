@@ -26,19 +26,13 @@ from agents.trainers.config import TrainConfig
 from agents.trainers.data import DataOrder
 from agents.trainers.optim import load_optimizer_state
 from searchenv.corpus import atomic_write_lines
+from searchenv.errors import CheckpointError
 
 CHECKPOINT_NAME = "checkpoint.pt"
 METRICS_NAME = "metrics.jsonl"
 CONFIG_NAME = "config.json"
 #: Name prefixes of the temporary files written next to the run folder's files (then renamed over them).
 TEMP_PREFIXES = tuple(f".{name}." for name in (CHECKPOINT_NAME, METRICS_NAME, CONFIG_NAME))
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be used (damaged, holding unsafe objects, or not of this run).
-
-    The message names the file and says what to do.
-    """
 
 
 

@@ -106,10 +106,14 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
+# The suite runs on pytest-xdist's workers, one a CPU (TEST_WORKERS=0 runs it in one process); each worker's torch
+# takes its share of the cores (tests/conftest.py).
+TEST_WORKERS ?= auto
+
 test: lint typecheck chromium $(VERL_STAMP) $(SKYRL_STAMP) $(OPENENV_STAMP) $(VERIFIERS_PACKAGE_STAMP)
-	$(PY) -m pytest -q --durations=15
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --durations=15
 	# The learning tests again under the second arithmetic (all but the TRL tool walkthrough: minutes there).
-	$(PY) tools/test_numerics.py --arithmetic portable -- --ignore=tests/test_trl_tool_docs.py
+	$(PY) tools/test_numerics.py --arithmetic portable -- --ignore=tests/test_trl_tool_docs.py -n $(TEST_WORKERS)
 
 # The suite on the newest versions that resolve (every virtual environment rebuilt without the lock files).
 test-latest:
@@ -129,7 +133,7 @@ test-numerics: $(STAMP)
 
 # The inner loop: lint, types and the tests not marked slow (no served models, engine runs or documented walkthroughs).
 test-fast: lint typecheck
-	$(PY) -m pytest -q -m "not slow" --durations=5
+	$(PY) -m pytest -q -n $(TEST_WORKERS) -m "not slow" --durations=5
 
 demo: $(STAMP)
 	$(VENV)/bin/searchenv tasks

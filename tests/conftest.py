@@ -56,12 +56,55 @@ EXAMPLES = [
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Apply ``SEARCHENV_MATMUL_PRECISION`` (set by ``make test-numerics``) before any test runs."""
+    """Share the CPU among pytest-xdist's workers, and apply ``SEARCHENV_MATMUL_PRECISION`` (``make test-numerics``).
+
+    A worker (``pytest -n N``) runs torch, and every process it starts, on ``cpus // N`` threads unless
+    ``OMP_NUM_THREADS`` says otherwise: N processes that each take every core wait on one another. The
+    controller hands tests out one at a time unless ``--maxschedchunk`` says otherwise.
+    """
+    workers = getattr(config, "workerinput", {}).get("workercount")
+    if workers and "OMP_NUM_THREADS" not in os.environ:
+        os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // int(workers)))
+    if getattr(config.option, "numprocesses", None) and getattr(config.option, "maxschedchunk", 0) is None:
+        # the longest tests come first (pytest_collection_modifyitems): hand them out one at a time, or
+        # xdist's first chunks (a quarter of each worker's share, in order) give every one to one worker
+        config.option.maxschedchunk = 1
     precision = os.environ.get("SEARCHENV_MATMUL_PRECISION")
     if precision:
         import torch
 
         torch.set_float32_matmul_precision(precision)
+
+
+def _expected_minutes(item: pytest.Item) -> float:
+    """``slow(minutes=N)``: N; ``slow``: a few seconds; otherwise 0."""
+    slow = item.get_closest_marker("slow")
+    return 0.0 if slow is None else float(slow.kwargs.get("minutes", 0.1))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist, hand out the longest tests first, so that none of them starts last, alone."""
+    if hasattr(config, "workerinput"):
+        items.sort(key=lambda item: -_expected_minutes(item))  # stable: the same order on every worker
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """An xdist worker hands its learning margins to the controller, which prints them all."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        from dataclasses import asdict
+
+        from tests.learning import RECORDED
+
+        output["margins"] = json.dumps([asdict(m) for m in RECORDED])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """Collect a finished xdist worker's margins (the hook exists only where pytest-xdist is installed)."""
+    from tests.learning import RECORDED, Margin
+
+    RECORDED.extend(Margin(**m) for m in json.loads(getattr(node, "workeroutput", {}).get("margins", "[]")))
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

@@ -67,7 +67,7 @@ def test_serve_openenv_without_openenv_says_how_to_install(qa_file: Path, tmp_pa
     assert "install searchenv[openenv] in an environment of its own" in result.output
 
 
-@pytest.mark.slow
+@pytest.mark.slow(minutes=2)
 def test_openenv_server_in_its_own_venv() -> None:
     if not OPENENV_PYTHON.exists():
         pytest.skip(".venv-openenv is not built here (make test builds it)")

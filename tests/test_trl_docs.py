@@ -21,7 +21,7 @@ def _blocks() -> list[str]:
     return python_blocks("engines/trl.md", "TRL: `rollout_func`")
 
 
-@pytest.mark.slow
+@pytest.mark.slow(minutes=2)
 def test_the_first_run_trains_through_trl_from_the_packaged_sft_adapter(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -18,7 +18,7 @@ from tests.learning import margin  # noqa: E402
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 
-@pytest.mark.slow
+@pytest.mark.slow(minutes=5)
 @pytest.mark.learning
 def test_the_tool_run_trains_through_trl_from_the_packaged_model(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -58,7 +58,7 @@ def test_the_environment_package_is_laid_out_as_prime_env_init_lays_one_out() ->
     assert "searchqa" in (ROOT / "Makefile").read_text().split("VERIFIERS_PACKAGE :=")[1].splitlines()[0]
 
 
-@pytest.mark.slow
+@pytest.mark.slow(minutes=3)
 def test_verifiers_clis_and_the_bundled_openenv_taskset_in_their_own_venv(request: pytest.FixtureRequest) -> None:
     """Every check of tests/vf_env in one run of .venv-verifiers' pytest (one start-up, not two)."""
     env: dict[str, str] = {}

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 VERL_PYTHON = ROOT / ".venv-verl" / "bin" / "python"
 
 
-@pytest.mark.slow
+@pytest.mark.slow(minutes=2)
 def test_verl_agent_loop_in_its_own_venv() -> None:
     if not VERL_PYTHON.exists():
         pytest.skip(".venv-verl is not built here (make test builds it)")

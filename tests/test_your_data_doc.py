@@ -77,7 +77,7 @@ def _port_free(port: int) -> bool:
     return True
 
 
-@pytest.mark.slow
+@pytest.mark.slow(minutes=2)
 def test_your_data_walkthrough_runs_as_written(tmp_path: Path) -> None:
     pytest.importorskip("transformers")
     pytest.importorskip("openai")  # transformers serve needs it (the dev extra installs it)

@@ -391,8 +391,9 @@ def _plain(value: Any) -> Any:
 
 
 def _short(value: Any) -> str:
+    """``repr(value)``, whole up to 240 characters; longer, its start and its end (where paths differ)."""
     text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+    return text if len(text) <= 240 else text[:117] + "..." + text[-120:]
 
 
 def _few(keys: Sequence[Any]) -> str:

@@ -512,6 +512,24 @@ def _ci(pair: Any) -> str:
     return f"[{pair[0]:.3f}, {pair[1]:.3f}]"
 
 
+def progress_lines(args: argparse.Namespace, name: str, claim: Claim, runs: dict[str, list[dict[str, Any]]],
+                   entry: dict[str, Any], need: str) -> list[str]:
+    """A claim not yet reached: each arm's finished runs and the heuristic on the same questions, no verdict."""
+    h = heuristic(args, claim.task)
+    entry["heuristic_em"] = h["em"]
+    lines = [f"### {name}: {claim.paper} (in progress)", "", f"Claim: {claim.statement}. Task {claim.task}, "
+             f"{args.n_dev} dev questions; heuristic EM {h['em']:.3f} on them. No verdict until every arm has "
+             f"its seeds ({need}).", ""]
+    for arm_name, rs in runs.items():
+        if rs:
+            closed = [r["closed_book_em"] for r in rs if r.get("closed_book_em") is not None]
+            ems = ", ".join(f"{r['em']:.3f}" for r in rs)
+            seeds = ", ".join(str(r["seed"]) for r in rs)
+            control = f"; closed-book control {', '.join(f'{v:.3f}' for v in closed)}" if closed else ""
+            lines.append(f"- {arm_name}: dev EM {ems} (seeds {seeds}){control}.")
+    return [*lines, ""]
+
+
 def report(args: argparse.Namespace) -> None:
     """docs/results/claims.md and benchmarks/results/claims.json from the finished runs."""
     from searchenv.corpus import atomic_write_lines
@@ -552,6 +570,8 @@ def report(args: argparse.Namespace) -> None:
                     "trained run" if seconds else f"{missing} runs still needed")
             entry["missing_runs"], entry["seconds_needed"] = missing, seconds
             head.append(f"| {name} | {claim.paper} | | | | | | | not reached: {need} |")
+            if any(runs.values()):
+                sections += progress_lines(args, name, claim, runs, entry, need)
             continue
         h = heuristic(args, claim.task)
         entry["heuristic_em"] = h["em"]

@@ -522,12 +522,24 @@ def progress_lines(args: argparse.Namespace, name: str, claim: Claim, runs: dict
              f"its seeds ({need}).", ""]
     for arm_name, rs in runs.items():
         if rs:
-            closed = [r["closed_book_em"] for r in rs if r.get("closed_book_em") is not None]
             ems = ", ".join(f"{r['em']:.3f}" for r in rs)
-            seeds = ", ".join(str(r["seed"]) for r in rs)
-            control = f"; closed-book control {', '.join(f'{v:.3f}' for v in closed)}" if closed else ""
-            lines.append(f"- {arm_name}: dev EM {ems} (seeds {seeds}){control}.")
+            lines.append(f"- {arm_name}: dev EM {ems} (seeds {', '.join(str(r['seed']) for r in rs)}).")
+            lines += arm_lines(arm_name, rs, h)
     return [*lines, ""]
+
+
+def arm_lines(arm_name: str, runs: list[dict[str, Any]], h: dict[str, Any]) -> list[str]:
+    """An arm's closed-book controls, and its EM minus the heuristic's over the same questions with the interval."""
+    lines = []
+    closed = [r["closed_book_em"] for r in runs if r.get("closed_book_em") is not None]
+    if closed:
+        lines.append(f"- {arm_name}, closed-book control (every search finds nothing), EM: "
+                     f"{', '.join(f'{v:.3f}' for v in closed)}.")
+    d = paired_difference(averaged(runs, "em"), {"per_question": {q: {"em": v["em"]} for q, v in
+                                                                  h["per_question"].items()}})
+    lines.append(f"- {arm_name} minus the heuristic, EM over questions: {d['mean']:+.3f} "
+                 f"[{d['ci_low']:+.3f}, {d['ci_high']:+.3f}].")
+    return lines
 
 
 def report(args: argparse.Namespace) -> None:
@@ -593,14 +605,7 @@ def report(args: argparse.Namespace) -> None:
             lines.append(f"- {c.a} vs {c.b}, {c.metric}: per seed {', '.join(f'{v:.3f}' for v in row['a_seeds'])} "
                          f"vs {', '.join(f'{v:.3f}' for v in row['b_seeds'])}; {row['verdict']} ({row['reason']}).")
         for arm_name, rs in runs.items():
-            closed = [r["closed_book_em"] for r in rs if r.get("closed_book_em") is not None]
-            if closed:
-                lines.append(f"- {arm_name}, closed-book control (every search finds nothing), EM: "
-                             f"{', '.join(f'{v:.3f}' for v in closed)}.")
-            d = paired_difference(averaged(rs, "em"), {"per_question": {q: {"em": v["em"]} for q, v in
-                                                                        h["per_question"].items()}})
-            lines.append(f"- {arm_name} minus the heuristic, EM over questions: {d['mean']:+.3f} "
-                         f"[{d['ci_low']:+.3f}, {d['ci_high']:+.3f}].")
+            lines += arm_lines(arm_name, rs, h)
         png = draw_curves(cargs, name, runs)
         if png:
             entry["curves_png"] = f"benchmarks/results/{png}"
